@@ -1,0 +1,244 @@
+"""Run a real single-node Apache Kafka broker (KRaft) on 127.0.0.1 without Docker.
+
+Duties:
+- assemble the broker's classpath from Maven Central (``deploy/kafka/pom.xml``) and cache it
+  outside the repository, keyed by Kafka version;
+- write ``server.properties`` and a log4j2 config, format the storage, start ``kafka.Kafka``
+  with Java 17, and wait until the broker answers metadata requests;
+- stop exactly the broker this module started (pid file + command-line check).
+
+Used by ``crawl-frontier kafka up|down``, the demo and the integration tests.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+KAFKA_VERSION = os.environ.get("CRAWL_KAFKA_VERSION", "4.1.1")
+LOG4J_VERSION = "2.24.3"
+POM = Path(__file__).parent / "kafka" / "pom.xml"
+CACHE_DIR = Path(os.environ.get("CRAWL_CACHE_DIR", Path.home() / ".cache" / "crawl-frontier"))
+STATE_DIR = Path(os.environ.get("CRAWL_STATE_DIR", Path.home() / ".local" / "state" / "crawl-frontier"))
+
+JVM_FLAGS = [
+    "-server",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-Djava.awt.headless=true",
+]
+
+LOG4J2_PROPERTIES = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.file.ref = FILE
+logger.kafka.name = kafka
+logger.kafka.level = WARN
+logger.server.name = org.apache.kafka
+logger.server.level = WARN
+"""
+
+
+class KafkaError(RuntimeError):
+    """The local broker could not be assembled, started or stopped."""
+
+
+def libs_dir(version: str = KAFKA_VERSION) -> Path:
+    """Return the directory of broker jars for ``version``, resolving it with Maven if absent."""
+    target = CACHE_DIR / f"kafka-{version}" / "libs"
+    marker = target / ".complete"
+    if marker.exists():
+        return target
+    if shutil.which("mvn") is None:
+        raise KafkaError("Maven (mvn) is required to fetch Apache Kafka from Maven Central")
+    tmp = target.with_name("libs.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    cmd = [
+        "mvn", "-B", "-q", "-f", str(POM),
+        "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy-dependencies",
+        "-DincludeScope=runtime", f"-DoutputDirectory={tmp}",
+        f"-Dkafka.version={version}", f"-Dlog4j.version={LOG4J_VERSION}",
+    ]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise KafkaError(f"mvn failed to resolve kafka_2.13:{version}:\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}")
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.rename(target)
+    marker.touch()
+    return target
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cluster_id() -> str:
+    cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return cid if not cid.startswith("-") else "A" + cid[1:]
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class LocalKafka:
+    """One single-node KRaft broker whose files all live under ``home``."""
+
+    home: Path
+    port: int = 9092
+    controller_port: int = 9093
+    heap: str = "1g"
+    version: str = KAFKA_VERSION
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid_file(self) -> Path:
+        return self.home / "broker.pid"
+
+    def _properties(self, data: Path) -> str:
+        lines = [
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "inter.broker.listener.name=PLAINTEXT",
+            "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={data}",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=8",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "num.network.threads=2",
+            "num.io.threads=2",
+            "num.partitions=8",
+            "log.cleaner.dedupe.buffer.size=16777216",
+            "auto.create.topics.enable=false",
+        ]
+        return "\n".join(lines) + "\n"
+
+    def running_pid(self) -> int | None:
+        """The pid of this home's broker if it is alive, else None."""
+        try:
+            pid = int(self.pid_file.read_text().strip())
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        except (OSError, ValueError):
+            return None
+        return pid if "kafka.Kafka" in cmdline and str(self.home) in cmdline else None
+
+    def up(self, timeout: float = 120.0) -> str:
+        """Start the broker unless it already runs; return the bootstrap address when ready."""
+        if self.running_pid() is not None:
+            self.wait_ready(timeout)
+            return self.bootstrap
+        for p in (self.port, self.controller_port):
+            if port_open(p):
+                raise KafkaError(f"port {p} is already in use by another process")
+        libs = libs_dir(self.version)
+        self.home.mkdir(parents=True, exist_ok=True)
+        data = self.home / "data"
+        logs = self.home / "logs"
+        logs.mkdir(exist_ok=True)
+        props = self.home / "server.properties"
+        props.write_text(self._properties(data))
+        log4j = self.home / "log4j2.properties"
+        log4j.write_text(LOG4J2_PROPERTIES)
+        java = shutil.which("java") or "java"
+        classpath = f"{libs}/*"
+        base = [java, f"-Dkafka.logs.dir={logs}", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
+        if not (data / "meta.properties").exists():
+            fmt = subprocess.run(
+                [*base, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props), "--standalone"],
+                capture_output=True, text=True, check=False,
+            )  # fmt: skip
+            if fmt.returncode != 0:
+                raise KafkaError(f"storage format failed: {fmt.stdout}{fmt.stderr}")
+        cmd = [java, f"-Xms256m", f"-Xmx{self.heap}", *JVM_FLAGS, *base[1:], "kafka.Kafka", str(props)]
+        with open(logs / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.pid_file.write_text(str(proc.pid))
+        try:
+            self.wait_ready(timeout, proc)
+        except KafkaError:
+            self.down()
+            raise
+        return self.bootstrap
+
+    def wait_ready(self, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
+        """Poll until the broker answers a metadata request (it is then unfenced)."""
+        from confluent_kafka.admin import AdminClient
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                tail = (self.home / "logs" / "stdout.log").read_text(errors="replace")[-3000:]
+                raise KafkaError(f"broker exited with code {proc.returncode}:\n{tail}")
+            if port_open(self.port):
+                try:
+                    md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
+                    if md.brokers:
+                        return
+                except Exception:  # noqa: BLE001 - not ready yet; keep polling until the deadline
+                    pass
+            time.sleep(0.2)
+        raise KafkaError(f"broker at {self.bootstrap} not ready after {timeout:.0f}s")
+
+    def down(self, timeout: float = 30.0) -> bool:
+        """Stop this home's broker (SIGTERM, then SIGKILL). Return False if none was running."""
+        pid = self.running_pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return False
+        os.killpg(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.running_pid() is not None:
+            time.sleep(0.1)
+        if self.running_pid() is not None:
+            os.killpg(pid, signal.SIGKILL)
+        self.pid_file.unlink(missing_ok=True)
+        return True
+
+    def kill(self) -> None:
+        """SIGKILL the broker (crash simulation)."""
+        pid = self.running_pid()
+        if pid is not None:
+            os.killpg(pid, signal.SIGKILL)
+
+
+def default_broker() -> LocalKafka:
+    """The broker that ``crawl-frontier kafka up`` manages (ports 9092/9093 unless overridden)."""
+    return LocalKafka(
+        home=STATE_DIR / "kafka",
+        port=int(os.environ.get("CRAWL_KAFKA_PORT", "9092")),
+        controller_port=int(os.environ.get("CRAWL_KAFKA_CONTROLLER_PORT", "9093")),
+    )

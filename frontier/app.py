@@ -1,0 +1,106 @@
+"""The faust-streaming application of the frontier.
+
+faust provides group membership, co-partitioned assignment of ``crawl.urls.bydomain`` and
+``crawl.feedback`` (the same partition numbers to the same instance), offset commits and the
+process lifecycle. The work itself is done by :class:`~frontier.service.FrontierService`;
+records are batches (many URLs or results per record), so faust's per-event cost is paid once
+per batch, not once per URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import faust
+
+from frontier.config import Config
+from frontier.router import Router
+from frontier.service import FrontierService
+from topics.schemas import FeedbackBatch, SchemaError, UrlBatch, decode
+
+log = logging.getLogger("frontier")
+
+
+def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
+    t = cfg.topics
+    app = faust.App(
+        cfg.frontier.app_id,
+        broker=f"kafka://{cfg.kafka.bootstrap}",
+        store="memory://",
+        topic_partitions=t.partitions,
+        topic_replication_factor=t.replication,
+        datadir=f"{cfg.frontier.state_dir}/faust",
+        web_enabled=cfg.frontier.web_port > 0,
+        web_port=cfg.frontier.web_port or 6066,
+        web_bind="127.0.0.1",
+        broker_session_timeout=10.0,
+        broker_heartbeat_interval=2.0,
+        broker_commit_every=1000,
+        broker_commit_interval=1.0,
+        stream_buffer_maxsize=64,
+        producer_linger_ms=2,
+    )
+    service = FrontierService(cfg)
+    raw = {"key_serializer": "raw", "value_serializer": "raw", "partitions": t.partitions}
+    bydomain = app.topic(t.bydomain, **raw)
+    feedback = app.topic(t.feedback, **raw)
+
+    @app.agent(bydomain, name="ingest")
+    async def ingest(stream: Any) -> None:
+        async for event in stream.noack().events():
+            try:
+                batch = decode(event.value, UrlBatch)
+            except SchemaError as exc:
+                log.error("dropping undecodable record on %s: %s", t.bydomain, exc)
+                event.ack()
+                continue
+            await service.handle_urls(event.message.partition, batch, event)
+
+    @app.agent(feedback, name="feedback")
+    async def on_feedback(stream: Any) -> None:
+        async for event in stream.noack().events():
+            try:
+                batch = decode(event.value, FeedbackBatch)
+            except SchemaError as exc:
+                log.error("dropping undecodable record on %s: %s", t.feedback, exc)
+                event.ack()
+                continue
+            await service.handle_feedback(event.message.partition, batch, event)
+
+    @app.on_partitions_assigned.connect
+    async def assigned(sender: Any, assigned: set[Any], **_: Any) -> None:
+        service.on_assigned({tp.partition for tp in assigned if tp.topic == t.bydomain})
+
+    @app.on_partitions_revoked.connect
+    async def revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
+        await service.on_revoked({tp.partition for tp in revoked if tp.topic == t.bydomain})
+
+    router = Router(cfg.kafka.client_conf(), t, group=f"{cfg.frontier.app_id}-router")
+
+    @app.task
+    async def run() -> None:
+        router.start()
+        loop_task = asyncio.ensure_future(service.dispatch_loop())
+        while not loop_task.done():
+            if router.error is not None:
+                raise RuntimeError(f"router failed: {router.error}")
+            await asyncio.sleep(0.5)
+        loop_task.result()
+
+    @app.on_before_shutdown.connect
+    async def shutdown(sender: Any, **_: Any) -> None:
+        await asyncio.to_thread(router.stop)
+        await service.close()
+
+    return app, service
+
+
+def run_frontier(cfg: Config, loglevel: str = "info") -> None:
+    """Run a frontier process until SIGINT/SIGTERM."""
+    Path(cfg.frontier.state_dir, "faust").mkdir(parents=True, exist_ok=True)
+    app, _ = build_app(cfg)
+    worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker.execute_from_commandline()

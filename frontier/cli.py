@@ -1,0 +1,240 @@
+"""``crawl-frontier``: the one console script.
+
+Subcommands: ``kafka up|down|status``, ``topics create``, ``submit``, ``pages``, ``frontier``,
+``worker``, ``demo``. Every command takes ``--config FILE`` (TOML; see ``frontier.config``);
+errors in arguments or configuration print one clear line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from frontier.config import Config, ConfigError, load
+
+
+def _config(args: argparse.Namespace) -> Config:
+    return load(args.config)
+
+
+def cmd_kafka(args: argparse.Namespace) -> int:
+    from deploy.kafka import KafkaError, default_broker
+
+    broker = default_broker()
+    try:
+        if args.action == "up":
+            was_running = broker.running_pid() is not None
+            bootstrap = broker.up()
+            print(f"kafka {'already running' if was_running else 'started'} at {bootstrap}")
+        elif args.action == "down":
+            print("kafka stopped" if broker.down() else "kafka was not running (nothing started by us)")
+        else:
+            pid = broker.running_pid()
+            print(f"kafka running at {broker.bootstrap} (pid {pid})" if pid else "kafka not running")
+            return 0 if pid else 1
+    except KafkaError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from topics.catalog import create_all
+
+    cfg = _config(args)
+    topics = cfg.topics
+    if args.partitions:
+        topics = replace(topics, partitions=args.partitions)
+    if args.replication:
+        topics = replace(topics, replication=args.replication)
+    created = create_all(cfg.kafka.client_conf(), topics)
+    for name in created:
+        print(f"created {name}")
+    print(f"{len(created)} topic(s) created, {topics.partitions} partitions each")
+    return 0
+
+
+def _read_urls(args: argparse.Namespace) -> Iterator[bytes]:
+    for url in args.urls:
+        yield url.encode()
+    if args.file:
+        fh = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+        with fh:
+            for line in fh:
+                line = line.strip()
+                if line and not line.startswith(b"#"):
+                    yield line
+
+
+def cmd_submit(args: argparse.Namespace) -> int:
+    from confluent_kafka import Producer
+
+    from frontier.kafka_io import producer_conf
+
+    cfg = _config(args)
+    if not args.urls and not args.file:
+        print("error: give URLs or --file", file=sys.stderr)
+        return 2
+    producer = Producer(producer_conf(cfg.kafka.client_conf(), **{"linger.ms": 20}))
+    failures: list[str] = []
+
+    def delivered(err: Any, _msg: Any) -> None:
+        if err is not None:
+            failures.append(str(err))
+
+    count = 0
+    started = time.monotonic()
+    for value in _read_urls(args):
+        if args.follow and not value.startswith(b"{"):
+            value = json.dumps({"url": value.decode(errors="replace"), "follow": args.follow}).encode()
+        while True:
+            try:
+                producer.produce(cfg.topics.urls, value, on_delivery=delivered)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        count += 1
+        if count % 100000 == 0:
+            print(f"  {count} submitted ({count / (time.monotonic() - started):.0f}/s)", file=sys.stderr)
+    left = producer.flush(60)
+    if left or failures:
+        print(f"error: {left} undelivered, {len(failures)} failed: {failures[:3]}", file=sys.stderr)
+        return 1
+    print(f"submitted {count} record(s) to {cfg.topics.urls}")
+    return 0
+
+
+def cmd_pages(args: argparse.Namespace) -> int:
+    import uuid
+
+    from confluent_kafka import Consumer
+
+    from topics.schemas import Page, SchemaError, decode
+
+    cfg = _config(args)
+    consumer = Consumer(
+        {**cfg.kafka.client_conf(), "group.id": args.group or f"pages-{uuid.uuid4().hex}",
+         "auto.offset.reset": "earliest", "enable.auto.commit": bool(args.group)}  # fmt: skip
+    )
+    consumer.subscribe([cfg.topics.pages])
+    idle_since = time.monotonic()
+    printed = 0
+    try:
+        while True:
+            msg = consumer.poll(0.5)
+            if msg is None:
+                if not args.follow and time.monotonic() - idle_since > args.idle:
+                    break
+                continue
+            if msg.error() is not None:
+                continue
+            idle_since = time.monotonic()
+            try:
+                page = decode(msg.value() or b"", Page)
+            except SchemaError as exc:
+                print(json.dumps({"error": str(exc)}))
+                continue
+            out = {k: getattr(page, k) for k in page.__struct_fields__ if k != "body"}
+            out["body_bytes"] = len(page.body)
+            if args.body:
+                out["body"] = page.body.decode("utf-8", errors="replace")
+            print(json.dumps(out), flush=True)
+            printed += 1
+            if args.limit and printed >= args.limit:
+                break
+    except KeyboardInterrupt:
+        pass
+    finally:
+        consumer.close()
+    return 0
+
+
+def cmd_frontier(args: argparse.Namespace) -> int:
+    from frontier.app import run_frontier
+
+    cfg = _config(args)
+    run_frontier(cfg, loglevel=args.loglevel)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from workers.worker import run_worker
+
+    cfg = _config(args)
+    logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    run_worker(cfg, args.concurrency)
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from frontier.demo import run_demo
+
+    return run_demo(duration=args.duration, sites=args.sites, pages=args.pages)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="crawl-frontier", description=__doc__.split("\n\n")[0])
+    p.add_argument("--config", "-c", type=Path, default=None, help="TOML configuration file")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    k = sub.add_parser("kafka", help="start/stop the local single-node Kafka broker")
+    k.add_argument("action", choices=["up", "down", "status"])
+    k.set_defaults(func=cmd_kafka)
+
+    t = sub.add_parser("topics", help="create every topic (idempotent)")
+    t.add_argument("action", choices=["create"])
+    t.add_argument("--partitions", type=int, default=0)
+    t.add_argument("--replication", type=int, default=0)
+    t.set_defaults(func=cmd_topics)
+
+    s = sub.add_parser("submit", help="publish URLs to crawl.urls")
+    s.add_argument("urls", nargs="*")
+    s.add_argument("--file", "-f", help="file with one URL or JSON submission per line ('-' for stdin)")
+    s.add_argument("--follow", type=int, default=0, help="follow same-site links this many levels deep")
+    s.set_defaults(func=cmd_submit)
+
+    pg = sub.add_parser("pages", help="print fetched pages as JSON lines")
+    pg.add_argument("--follow", action="store_true", help="keep waiting for new pages")
+    pg.add_argument("--idle", type=float, default=5.0, help="without --follow: stop after this many idle seconds")
+    pg.add_argument("--limit", type=int, default=0)
+    pg.add_argument("--body", action="store_true", help="include the body (decoded as UTF-8)")
+    pg.add_argument("--group", default="", help="consumer group (commits offsets); default: read everything")
+    pg.set_defaults(func=cmd_pages)
+
+    f = sub.add_parser("frontier", help="run a frontier instance")
+    f.add_argument("--loglevel", default="info", choices=["debug", "info", "warn", "error"])
+    f.set_defaults(func=cmd_frontier)
+
+    w = sub.add_parser("worker", help="run a fetch worker")
+    w.add_argument("--concurrency", "-n", type=int, default=None)
+    w.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    w.set_defaults(func=cmd_worker)
+
+    d = sub.add_parser("demo", help="a local demo crawl: Kafka, frontier, 2 workers, demo sites")
+    d.add_argument("--duration", type=float, default=60.0, help="upper bound on the crawl, seconds")
+    d.add_argument("--sites", type=int, default=4)
+    d.add_argument("--pages", type=int, default=12)
+    d.set_defaults(func=cmd_demo)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigError as exc:
+        print(f"configuration error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

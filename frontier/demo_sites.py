@@ -1,0 +1,147 @@
+"""A fleet of small local web sites for the demo and the tests.
+
+Each site listens on its own loopback address (``127.0.0.N``; every 127.x.y.z is a distinct
+host on Linux), serves a few interlinked HTML pages, and records every request it receives
+(arrival time, path, how many requests were in progress at once). Politeness is judged from
+these server-side logs, never from the crawler's own account.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+
+@dataclass
+class Hit:
+    path: str
+    start: float  # epoch seconds when the request arrived
+    end: float = 0.0
+    status: int = 200
+
+
+@dataclass
+class Site:
+    host: str  # e.g. 127.0.0.11
+    pages: int
+    latency: float = 0.02
+    hits: list[Hit] = field(default_factory=list)
+    active: int = 0
+    max_active: int = 0
+
+    def url(self, port: int, path: str = "/") -> str:
+        return f"http://{self.host}:{port}{path}"
+
+    def gaps(self) -> list[float]:
+        starts = sorted(h.start for h in self.hits)
+        return [b - a for a, b in zip(starts, starts[1:], strict=False)]
+
+    def min_gap(self) -> float | None:
+        g = self.gaps()
+        return min(g) if g else None
+
+
+def _page(site: Site, n: int) -> str:
+    links = "".join(f'<li><a href="/page/{i}">page {i}</a></li>' for i in range(1, site.pages) if i != n)
+    return (
+        f"<!doctype html><html><head><title>{site.host} page {n}</title></head>"
+        f"<body><h1>Demo site {site.host}, page {n}</h1><ul>{links}</ul>"
+        f'<a href="http://example.invalid/offsite">off-site link (never followed)</a></body></html>'
+    )
+
+
+class SiteFleet:
+    """``count`` sites on 127.0.0.(first_octet + i), all on one port, served from a background thread."""
+
+    def __init__(self, count: int, pages: int = 10, latency: float = 0.02, first_octet: int = 10) -> None:
+        self.sites = [Site(host=f"127.0.0.{first_octet + i}", pages=pages, latency=latency) for i in range(count)]
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runners: list[web.AppRunner] = []
+        self._ready = threading.Event()
+
+    def roots(self) -> list[str]:
+        return [s.url(self.port) for s in self.sites]
+
+    def all_urls(self) -> list[str]:
+        return [s.url(self.port, "/")] + [s.url(self.port, f"/page/{i}") for s in self.sites for i in range(1, s.pages)]
+
+    def site(self, host: str) -> Site:
+        return next(s for s in self.sites if s.host == host)
+
+    def _app(self, site: Site) -> web.Application:
+        async def handle(request: web.Request) -> web.StreamResponse:
+            hit = Hit(path=request.path_qs, start=time.time())
+            site.hits.append(hit)
+            site.active += 1
+            site.max_active = max(site.max_active, site.active)
+            try:
+                await asyncio.sleep(site.latency)  # simulated server work
+                if request.path == "/robots.txt":
+                    hit.status = 404
+                    return web.Response(status=404, text="no robots.txt")
+                if request.path == "/":
+                    return web.Response(text=_page(site, 0), content_type="text/html")
+                if request.path.startswith("/page/"):
+                    try:
+                        n = int(request.path.rsplit("/", 1)[1])
+                    except ValueError:
+                        n = -1
+                    if 0 < n < site.pages:
+                        return web.Response(text=_page(site, n), content_type="text/html")
+                hit.status = 404
+                return web.Response(status=404, text="not found")
+            finally:
+                site.active -= 1
+                hit.end = time.time()
+
+        app = web.Application()
+        app.router.add_route("GET", "/{tail:.*}", handle)
+        return app
+
+    def start(self) -> SiteFleet:
+        with socket.socket() as s:
+            s.bind((self.sites[0].host, 0))
+            self.port = s.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, name="site-fleet", daemon=True)
+        self._thread.start()
+        if not self._ready.wait(30):
+            raise RuntimeError("site fleet did not start")
+        return self
+
+    def _serve(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+
+        async def start_all() -> None:
+            for site in self.sites:
+                runner = web.AppRunner(self._app(site), access_log=None)
+                await runner.setup()
+                await web.TCPSite(runner, site.host, self.port).start()
+                self._runners.append(runner)
+
+        loop.run_until_complete(start_all())
+        self._ready.set()
+        loop.run_forever()
+        for runner in self._runners:
+            loop.run_until_complete(runner.cleanup())
+        loop.close()
+
+    def stop(self) -> None:
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def __enter__(self) -> SiteFleet:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,199 @@
+"""The frontier service of one process: owned partitions, the dispatch loop, Kafka I/O.
+
+Transport-facing glue around :class:`~frontier.partition.PartitionFrontier`: it opens and
+restores partitions when they are assigned, closes them cleanly when revoked, applies URL
+batches and feedback to them, and runs the dispatch loop that turns due hosts into jobs.
+
+Input events are acknowledged (and so their offsets committed) only after the state changes
+they caused are in the changelog: a takeover never skips a change it cannot restore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from confluent_kafka import Message
+
+from frontier.config import Config
+from frontier.kafka_io import AsyncProducer, producer_conf
+from frontier.partition import PartitionFrontier
+from frontier.state import changelog_end, close_partition, db_path, open_partition
+from frontier.store import RocksKV
+from topics.schemas import FeedbackBatch, UrlBatch, encode
+
+log = logging.getLogger("frontier")
+
+
+class Ackable(Protocol):
+    def ack(self) -> bool: ...
+
+
+@dataclass
+class _Owned:
+    frontier: PartitionFrontier
+    kv: RocksKV
+    written: int = 0  # changelog records produced
+    delivered: int = 0  # changelog records acknowledged (delivery is in order per partition)
+    pending_acks: deque[tuple[int, Ackable]] = field(default_factory=deque)
+
+
+class FrontierService:
+    def __init__(self, cfg: Config, clock: Callable[[], float] = time.time) -> None:
+        self.cfg = cfg
+        self.topics = cfg.topics
+        self.clock = clock
+        self.client = cfg.kafka.client_conf()
+        self._owned: dict[int, _Owned] = {}
+        self._ready: dict[int, asyncio.Event] = defaultdict(asyncio.Event)
+        self._restoring: dict[int, asyncio.Task[None]] = {}
+        self._wake = asyncio.Event()
+        self._producer: AsyncProducer | None = None
+        self._errors: list[str] = []
+        self.running = False
+
+    @property
+    def producer(self) -> AsyncProducer:
+        if self._producer is None:
+            self._producer = AsyncProducer(producer_conf(self.client))
+        return self._producer
+
+    # -- partition lifecycle -----------------------------------------------------------------
+    def on_assigned(self, partitions: set[int]) -> None:
+        for p in sorted(partitions):
+            if p not in self._owned and p not in self._restoring:
+                self._restoring[p] = asyncio.ensure_future(self._open(p))
+
+    async def _open(self, p: int) -> None:
+        started = time.monotonic()
+        path = db_path(self.cfg.frontier.state_dir, self.cfg.frontier.app_id, p)
+        try:
+            kv, replayed = await asyncio.to_thread(open_partition, path, self.client, self.topics.state, p)
+        except Exception:
+            log.exception("restoring partition %d failed", p)
+            raise
+        owned = _Owned(frontier=PartitionFrontier(p, kv, self.cfg.frontier, self.cfg.throttle, self._changelog(p)), kv=kv)
+        self._owned[p] = owned
+        owned.frontier.rebuild(self.clock())
+        self._restoring.pop(p, None)
+        self._ready[p].set()
+        self._wake.set()
+        log.info(
+            "partition %d ready: %d changelog records replayed in %.2fs, %d in flight, %d hosts due",
+            p, replayed, time.monotonic() - started, owned.frontier.inflight, owned.frontier.queued_hosts(),
+        )  # fmt: skip
+
+    async def on_revoked(self, partitions: set[int]) -> None:
+        for p in sorted(partitions):
+            task = self._restoring.pop(p, None)
+            if task is not None:
+                await asyncio.gather(task, return_exceptions=True)
+            self._ready[p].clear()
+            owned = self._owned.pop(p, None)
+            if owned is None:
+                continue
+            await self.producer.flush()
+            self._ack_delivered(owned)
+            end = await asyncio.to_thread(changelog_end, self.client, self.topics.state, p)
+            close_partition(owned.kv, end)
+            log.info("partition %d closed cleanly at changelog offset %d", p, end)
+
+    async def close(self) -> None:
+        self.running = False
+        await self.on_revoked(set(self._owned))
+        if self._producer is not None:
+            await asyncio.to_thread(self._producer.close)
+
+    def _changelog(self, p: int) -> Callable[[bytes, bytes | None], None]:
+        topic = self.topics.state
+
+        def write(key: bytes, value: bytes | None) -> None:
+            owned = self._owned.get(p)
+            if owned is None:
+                return
+
+            def delivered(_msg: Message, owned: _Owned = owned) -> None:
+                owned.delivered += 1  # runs on the poll thread; an int store is atomic
+
+            owned.written += 1
+            self.producer.send_nowait(topic, value, key=key, partition=p, on_delivery=delivered)
+
+        return write
+
+    def _ack_delivered(self, owned: _Owned) -> None:
+        while owned.pending_acks and owned.pending_acks[0][0] <= owned.delivered:
+            owned.pending_acks.popleft()[1].ack()
+
+    async def _partition(self, p: int) -> _Owned:
+        await self._ready[p].wait()
+        return self._owned[p]
+
+    # -- input events ----------------------------------------------------------------------------
+    async def handle_urls(self, p: int, batch: UrlBatch, event: Ackable) -> None:
+        owned = await self._partition(p)
+        owned.frontier.ingest(batch.items, self.clock())
+        owned.pending_acks.append((owned.written, event))
+        self._ack_delivered(owned)
+        self._wake.set()
+
+    async def handle_feedback(self, p: int, batch: FeedbackBatch, event: Ackable) -> None:
+        owned = await self._partition(p)
+        now = self.clock()
+        for fb in batch.items:
+            owned.frontier.feedback(fb, now)
+        owned.pending_acks.append((owned.written, event))
+        self._ack_delivered(owned)
+        self._wake.set()
+
+    # -- dispatch ----------------------------------------------------------------------------------
+    def dispatch_once(self) -> float:
+        """Lease every due job in every owned partition; return seconds until the next wakeup."""
+        now = self.clock()
+        wake: float | None = None
+        for owned in list(self._owned.values()):
+            f = owned.frontier
+            f.expire_leases(now)
+            for job in f.dispatch(now):
+                self.producer.send_nowait(self.topics.jobs, encode(job), key=job.item.host.encode())
+            self._ack_delivered(owned)
+            nxt = f.next_wakeup()
+            if nxt is not None and (wake is None or nxt < wake):
+                wake = nxt
+        if wake is None:
+            return 0.5
+        return min(0.5, max(0.0, wake - now))
+
+    async def dispatch_loop(self) -> None:
+        self.running = True
+        last_report = time.monotonic()
+        while self.running:
+            timeout = self.dispatch_once()
+            if timeout > 0:
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=min(timeout, 0.05) if self._pending() else timeout)
+                except TimeoutError:
+                    pass
+            else:
+                await asyncio.sleep(0)
+            if time.monotonic() - last_report > 10:
+                last_report = time.monotonic()
+                log.info("stats %s", self.stats())
+
+    def _pending(self) -> bool:
+        return any(o.pending_acks for o in self._owned.values())
+
+    def stats(self) -> dict[str, Any]:
+        totals: dict[str, int] = defaultdict(int)
+        for owned in self._owned.values():
+            for k, v in owned.frontier.stats.__dict__.items():
+                totals[k] += v
+            totals["inflight"] += owned.frontier.inflight
+            totals["hosts_due"] += owned.frontier.queued_hosts()
+        totals["partitions"] = len(self._owned)
+        return dict(totals)

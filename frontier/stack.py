@@ -1,0 +1,156 @@
+"""Run a whole crawl stack as real processes: frontier instances and workers, each a
+``crawl-frontier`` subprocess with a generated config file. Used by the demo and by the
+integration tests (which must exercise the same processes a user runs)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer
+
+from topics.catalog import Topics, create_all
+from topics.schemas import Page, Rejected, decode
+
+
+def _toml(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(value)
+
+
+def render_config(data: dict[str, Any]) -> str:
+    """Render a two-level dict (sections, optional ``scopes`` sub-tables) as TOML."""
+    lines: list[str] = []
+    for section, values in data.items():
+        lines.append(f"[{section}]")
+        nested = {k: v for k, v in values.items() if isinstance(v, dict)}
+        for k, v in values.items():
+            if not isinstance(v, dict):
+                lines.append(f"{k} = {_toml(v)}")
+        for k, sub in nested.items():
+            for name, table in sub.items():
+                lines.append(f"[{section}.{k}.{_toml(name)}]")
+                lines.extend(f"{kk} = {_toml(vv)}" for kk, vv in table.items())
+        lines.append("")
+    return "\n".join(lines)
+
+
+@dataclass
+class Stack:
+    bootstrap: str
+    workdir: Path
+    prefix: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:8]}.")
+    partitions: int = 4
+    throttle: dict[str, Any] = field(default_factory=dict)
+    frontier: dict[str, Any] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.app_id = f"{self.prefix}frontier"
+        self.config_path = self.workdir / "crawl.toml"
+        self.config_path.write_text(
+            render_config(
+                {
+                    "kafka": {"bootstrap": self.bootstrap},
+                    "topics": {"prefix": self.prefix, "partitions": self.partitions},
+                    "frontier": {"app_id": self.app_id, "state_dir": str(self.workdir / "state"), **self.frontier},
+                    "throttle": self.throttle,
+                }
+            )
+        )
+        self.topics = Topics(prefix=self.prefix, partitions=self.partitions)
+
+    @property
+    def client(self) -> dict[str, str]:
+        return {"bootstrap.servers": self.bootstrap}
+
+    def create_topics(self) -> None:
+        create_all(self.client, self.topics)
+
+    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        cmd = [sys.executable, "-m", "frontier.cli", "--config", str(self.config_path), *args]
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def start_frontier(self, name: str = "frontier") -> subprocess.Popen[bytes]:
+        return self._spawn(name, "frontier", "--loglevel", "info")
+
+    def start_worker(self, name: str, concurrency: int = 8) -> subprocess.Popen[bytes]:
+        return self._spawn(name, "worker", "--concurrency", str(concurrency))
+
+    def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
+        proc = self.procs.pop(name, None)
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            os.killpg(proc.pid, sig)
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(10)
+        return proc.returncode
+
+    def stop_all(self) -> None:
+        for name in list(self.procs):
+            self.stop(name)
+
+    def log(self, name: str) -> str:
+        path = self.workdir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise RuntimeError(f"{name} exited with {proc.returncode}:\n{self.log(name)[-3000:]}")
+
+
+class TopicReader:
+    """Reads a topic from the beginning, incrementally (for tests and the demo's progress)."""
+
+    def __init__(self, client: dict[str, str], topic: str) -> None:
+        self._consumer = Consumer(
+            {**client, "group.id": f"reader-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
+             "enable.auto.commit": False}  # fmt: skip
+        )
+        self._consumer.subscribe([topic])
+
+    def poll(self, timeout: float = 0.2, max_records: int = 1000) -> Iterator[bytes]:
+        for msg in self._consumer.consume(max_records, timeout=timeout):
+            if msg.error() is None and msg.value() is not None:
+                yield msg.value()
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def read_pages(reader: TopicReader, timeout: float = 0.2) -> list[Page]:
+    return [decode(v, Page) for v in reader.poll(timeout)]
+
+
+def read_rejected(reader: TopicReader, timeout: float = 0.2) -> list[Rejected]:
+    return [decode(v, Rejected) for v in reader.poll(timeout)]
+
+
+def wait_until(predicate: Any, timeout: float, interval: float = 0.2, what: str = "condition") -> None:
+    """Poll ``predicate`` until true or raise TimeoutError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")

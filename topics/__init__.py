@@ -1,0 +1,1 @@
+"""The topic catalogue (names, keys, partitioning, cleanup) and the typed message schemas."""

@@ -1,0 +1,141 @@
+"""Typed, versioned message schemas for every topic, and their one codec.
+
+Every record on a crawl topic is a msgspec ``Struct`` encoded as JSON. Each struct carries a
+``v`` (schema version) field; decoders reject unknown major versions with a clear error rather
+than guessing. Bytes fields (page bodies, rejected originals) are base64 in JSON.
+
+Topic → message type:
+- ``crawl.urls``           user input: a bare URL string or :class:`Submission` JSON (see ``frontier.urls``)
+- ``crawl.urls.bydomain``  :class:`UrlBatch`   (router → frontier, one partition's URLs per record)
+- ``crawl.jobs``           :class:`Job`        (frontier → workers, keyed by host)
+- ``crawl.feedback``       :class:`FeedbackBatch` (workers → frontier, keyed by registrable domain)
+- ``crawl.pages``          :class:`Page`       (output)
+- ``crawl.rejected``       :class:`Rejected`   (input that could not be accepted, with the reason)
+"""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import msgspec
+
+SCHEMA_VERSION = 1
+
+
+class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
+    """The JSON form a user may publish on ``crawl.urls``."""
+
+    url: str
+    priority: int = 0
+    meta: dict[str, Any] = msgspec.field(default_factory=dict)
+    follow: int = 0  # how many more levels of same-site links the worker may follow
+    scopes: list[str] = msgspec.field(default_factory=list)
+    redirects: int = 0  # redirect hops that led here
+
+
+class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One accepted, canonical URL on its way into a frontier partition."""
+
+    url: str
+    host: str
+    domain: str  # registrable domain: the partition key
+    priority: int = 0
+    meta: dict[str, Any] = msgspec.field(default_factory=dict)
+    follow: int = 0
+    scopes: list[str] = msgspec.field(default_factory=list)
+    redirects: int = 0
+    attempts: int = 0  # fetch attempts already made (retries of 5xx / network errors)
+
+
+class UrlBatch(msgspec.Struct, kw_only=True):
+    v: int = SCHEMA_VERSION
+    items: list[UrlItem]
+
+
+class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A lease on one URL: fetch it in ``[not_before, expires_at]`` or hand it back."""
+
+    v: int = SCHEMA_VERSION
+    lease: str
+    item: UrlItem
+    not_before: float  # epoch seconds; never send before
+    expires_at: float  # epoch seconds; picked up later than this → return unfetched
+    min_gap: float = 0.0  # the host's delay at dispatch: workers keep at least this between sends
+    timeout: float = 20.0  # fetch timeout the frontier's lease deadline assumes
+    retries_left: int = 0
+
+
+class Feedback(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What happened to one job. ``outcome``: fetched | error | expired."""
+
+    lease: str
+    host: str
+    domain: str
+    url: str
+    outcome: str
+    status: int = 0
+    latency: float = 0.0  # send → response headers, seconds
+    sent_at: float = 0.0  # epoch seconds when the request was sent (0 if never sent)
+    error: str = ""  # error kind: timeout, connect, reset, too_large, ...
+    headers: dict[str, str] = msgspec.field(default_factory=dict)  # throttling-relevant headers only
+
+
+class FeedbackBatch(msgspec.Struct, kw_only=True):
+    v: int = SCHEMA_VERSION
+    items: list[Feedback]
+
+
+class Page(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One fetched (or finally failed) URL, as published on ``crawl.pages``."""
+
+    v: int = SCHEMA_VERSION
+    url: str
+    status: int = 0
+    outcome: str = "fetched"  # fetched | error | disallowed
+    error: str = ""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    body: bytes = b""
+    truncated: bool = False
+    content_type: str = ""
+    fetched_at: float = 0.0
+    latency: float = 0.0
+    meta: dict[str, Any] = msgspec.field(default_factory=dict)
+    worker: str = ""
+
+
+class Rejected(msgspec.Struct, kw_only=True):
+    v: int = SCHEMA_VERSION
+    reason: str
+    original: bytes
+    topic: str = ""
+    partition: int = -1
+    offset: int = -1
+
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+_encoder = msgspec.json.Encoder()
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+class SchemaError(ValueError):
+    """A record does not match its topic's schema."""
+
+
+def encode(msg: msgspec.Struct) -> bytes:
+    return _encoder.encode(msg)
+
+
+def decode(data: bytes, kind: type[T]) -> T:
+    """Decode ``data`` as ``kind``; raise :class:`SchemaError` on any mismatch or unknown version."""
+    dec = _decoders.get(kind)
+    if dec is None:
+        dec = _decoders[kind] = msgspec.json.Decoder(kind)
+    try:
+        msg = dec.decode(data)
+    except msgspec.DecodeError as exc:
+        raise SchemaError(f"{kind.__name__}: {exc}") from exc
+    version = getattr(msg, "v", SCHEMA_VERSION)
+    if version != SCHEMA_VERSION:
+        raise SchemaError(f"{kind.__name__}: unsupported schema version {version}")
+    return msg

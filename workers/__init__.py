@@ -1,0 +1,1 @@
+"""Fetch workers: consume leased jobs, fetch politely, publish pages and feedback."""

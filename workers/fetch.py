@@ -1,0 +1,83 @@
+"""One HTTP fetch, measured: latency from send to response headers, body capped, no redirects.
+
+The worker never follows a redirect itself: a 3xx is a result like any other, and its
+``Location`` goes back through the frontier as a new URL, so redirects are throttled too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+import aiohttp
+
+RETRYABLE_ERRORS = frozenset({"timeout", "connect", "reset", "truncated"})
+# Headers the frontier's throttling reads (Retry-After, RateLimit drafts); kept in feedback.
+THROTTLE_HEADERS = ("retry-after", "ratelimit", "ratelimit-policy", "ratelimit-limit", "ratelimit-remaining",
+                    "ratelimit-reset", "x-ratelimit-remaining", "x-ratelimit-reset")  # fmt: skip
+
+
+@dataclass
+class FetchResult:
+    sent_at: float  # epoch seconds
+    status: int = 0
+    latency: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+    truncated: bool = False
+    error: str = ""  # error kind when no response was received
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get("content-type", "")
+
+
+def is_retryable(result: FetchResult) -> bool:
+    """Network errors and 5xx are worth another attempt (bounded by the job's retries_left)."""
+    return result.error in RETRYABLE_ERRORS or 500 <= result.status <= 599
+
+
+def throttle_headers(headers: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k in THROTTLE_HEADERS}
+
+
+async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_body: int) -> FetchResult:
+    loop = asyncio.get_running_loop()
+    sent_at = time.time()
+    t0 = loop.time()
+    result = FetchResult(sent_at=sent_at)
+    try:
+        async with asyncio.timeout(timeout):
+            async with session.get(url, allow_redirects=False) as resp:
+                result.latency = loop.time() - t0  # headers received
+                result.status = resp.status
+                hdrs: dict[str, str] = {}
+                for k, v in resp.headers.items():
+                    key = k.lower()
+                    hdrs[key] = f"{hdrs[key]}, {v}" if key in hdrs else v
+                result.headers = hdrs
+                chunks: list[bytes] = []
+                size = 0
+                async for chunk in resp.content.iter_chunked(65536):
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > max_body:
+                        result.truncated = True
+                        break
+                result.body = b"".join(chunks)[:max_body]
+    except TimeoutError:
+        result.error = "timeout"
+    except aiohttp.ClientConnectorError:
+        result.error = "connect"
+    except (aiohttp.ServerDisconnectedError, ConnectionResetError):
+        result.error = "reset"
+    except aiohttp.ClientPayloadError:
+        result.error = "truncated"
+    except aiohttp.ClientResponseError as exc:
+        result.error = f"bad_response:{exc.status}"
+    except (aiohttp.ClientError, ValueError, UnicodeError) as exc:
+        result.error = f"client:{type(exc).__name__}"
+    if result.error and not result.latency:
+        result.latency = loop.time() - t0
+    return result

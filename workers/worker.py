@@ -1,0 +1,272 @@
+"""A fetch worker process: a confluent-kafka consumer-group member on ``crawl.jobs``.
+
+For each job: hand it back unfetched if it is already past ``expires_at``; otherwise wait for
+``not_before`` and for the host's ``min_gap`` since this worker's last send to that host (jobs
+are keyed by host, so one worker sees all jobs of a host at a time: a backlog can never turn
+into a burst), fetch, then publish one :class:`Page` and one :class:`Feedback` (and, when asked,
+same-site links and redirect targets as new submissions). The job's offset is committed only
+after everything it produced is acknowledged. Any number of workers may run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urljoin
+
+import aiohttp
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from frontier.config import Config
+from frontier.kafka_io import AsyncProducer, consumer_conf, producer_conf
+from topics.partitioning import partition_for
+from topics.schemas import Feedback, FeedbackBatch, Job, Page, SchemaError, Submission, decode, encode
+from workers.fetch import FetchResult, fetch, is_retryable, throttle_headers
+from workers.links import same_site_links
+
+log = logging.getLogger("worker")
+
+FEEDBACK_LINGER = 0.02  # seconds a feedback batch may wait for company
+
+
+class OffsetTracker:
+    """Per partition: which consumed offsets are still being worked on; what is safe to commit."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: dict[tuple[str, int], set[int]] = defaultdict(set)
+        self._next: dict[tuple[str, int], int] = {}
+
+    def started(self, topic: str, partition: int, offset: int) -> None:
+        with self._lock:
+            self._open[(topic, partition)].add(offset)
+            self._next[(topic, partition)] = max(self._next.get((topic, partition), 0), offset + 1)
+
+    def finished(self, topic: str, partition: int, offset: int) -> None:
+        with self._lock:
+            self._open[(topic, partition)].discard(offset)
+
+    def open_count(self, tps: set[tuple[str, int]] | None = None) -> int:
+        with self._lock:
+            return sum(len(v) for k, v in self._open.items() if tps is None or k in tps)
+
+    def commit_points(self, tps: set[tuple[str, int]] | None = None) -> list[TopicPartition]:
+        with self._lock:
+            out = []
+            for key, nxt in self._next.items():
+                if tps is not None and key not in tps:
+                    continue
+                pending = self._open.get(key)
+                out.append(TopicPartition(key[0], key[1], min(pending) if pending else nxt))
+            return out
+
+    def forget(self, tps: set[tuple[str, int]]) -> None:
+        with self._lock:
+            for key in tps:
+                self._open.pop(key, None)
+                self._next.pop(key, None)
+
+
+@dataclass
+class _HostGate:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    last_sent: float = 0.0
+
+
+class FetchWorker:
+    def __init__(self, cfg: Config, concurrency: int | None = None, name: str | None = None) -> None:
+        self.cfg = cfg
+        self.topics = cfg.topics
+        self.concurrency = concurrency or cfg.worker.concurrency
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.client = cfg.kafka.client_conf()
+        self.tracker = OffsetTracker()
+        self._gates: dict[str, _HostGate] = defaultdict(_HostGate)
+        self._feedback: dict[int, list[tuple[Feedback, asyncio.Future[None]]]] = defaultdict(list)
+        self._feedback_task: asyncio.Task[None] | None = None
+        self._partitions = cfg.topics.partitions
+        self.fetched = 0
+        self.returned = 0
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.producer = AsyncProducer(producer_conf(self.client), loop)
+        consumer = Consumer(
+            consumer_conf(
+                self.client,
+                f"{self.cfg.frontier.app_id}-workers",
+                **{"partition.assignment.strategy": "cooperative-sticky", "max.poll.interval.ms": 300000},
+            )
+        )
+        sem = asyncio.Semaphore(self.concurrency)
+        tasks: set[asyncio.Task[None]] = set()
+        connector = aiohttp.TCPConnector(limit=self.concurrency * 2, limit_per_host=0, ttl_dns_cache=300)
+        headers = {"User-Agent": self.cfg.worker.user_agent}
+
+        def on_revoke(c: Consumer, parts: list[TopicPartition]) -> None:
+            # Finish what we started on these partitions, commit it, then let them go.
+            tps = {(tp.topic, tp.partition) for tp in parts}
+            deadline = time.monotonic() + self.cfg.frontier.fetch_timeout + 30
+            while self.tracker.open_count(tps) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            points = self.tracker.commit_points(tps)
+            if points:
+                try:
+                    c.commit(offsets=points, asynchronous=False)
+                except Exception as exc:  # noqa: BLE001 - the new owner re-fetches: at least once
+                    log.warning("commit on revoke failed: %s", exc)
+            self.tracker.forget(tps)
+
+        consumer.subscribe([self.topics.jobs], on_revoke=on_revoke, on_lost=on_revoke)
+        last_commit = time.monotonic()
+        try:
+            async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+                while not self._stop.is_set():
+                    if len(tasks) >= self.concurrency * 4:
+                        await asyncio.wait(tasks, timeout=0.1, return_when=asyncio.FIRST_COMPLETED)
+                        msgs: list[Message] = []
+                    else:
+                        want = self.concurrency * 4 - len(tasks)
+                        msgs = await asyncio.to_thread(consumer.consume, want, 0.1)
+                    for msg in msgs:
+                        if msg.error() is not None:
+                            log.warning("consume error: %s", msg.error())
+                            continue
+                        self.tracker.started(msg.topic(), msg.partition(), msg.offset())
+                        task = asyncio.ensure_future(self._handle(session, sem, msg))
+                        tasks.add(task)
+                        task.add_done_callback(tasks.discard)
+                    if time.monotonic() - last_commit > 1.0:
+                        last_commit = time.monotonic()
+                        self._commit(consumer)
+                if tasks:
+                    await asyncio.wait(tasks, timeout=self.cfg.frontier.fetch_timeout + 5)
+        finally:
+            self._commit(consumer)
+            await asyncio.to_thread(self.producer.close)
+            await asyncio.to_thread(consumer.close)
+
+    def _commit(self, consumer: Consumer) -> None:
+        points = self.tracker.commit_points()
+        if points:
+            try:
+                consumer.commit(offsets=points, asynchronous=True)
+            except Exception as exc:  # noqa: BLE001 - retried at the next commit
+                log.debug("commit failed: %s", exc)
+
+    async def _handle(self, session: aiohttp.ClientSession, sem: asyncio.Semaphore, msg: Message) -> None:
+        try:
+            try:
+                job = decode(msg.value() or b"", Job)
+            except SchemaError as exc:
+                log.error("undecodable job at %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
+                return
+            await self._process(session, sem, job)
+        except Exception:
+            log.exception("job at %s[%d]@%d failed; it will come back after its lease", msg.topic(),
+                          msg.partition(), msg.offset())  # fmt: skip
+        finally:
+            self.tracker.finished(msg.topic(), msg.partition(), msg.offset())
+
+    async def _process(self, session: aiohttp.ClientSession, sem: asyncio.Semaphore, job: Job) -> None:
+        item = job.item
+        if time.time() > job.expires_at:
+            self.returned += 1
+            await self._send_feedback(Feedback(lease=job.lease, host=item.host, domain=item.domain, url=item.url,
+                                               outcome="expired"))  # fmt: skip
+            return
+        async with sem:
+            gate = self._gates[item.host]
+            async with gate.lock:
+                wait = max(job.not_before, gate.last_sent + job.min_gap) - time.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                gate.last_sent = time.time()
+            result = await fetch(session, item.url, job.timeout, self.cfg.worker.max_body_bytes)
+        self.fetched += 1
+        retry = is_retryable(result) and job.retries_left > 0
+        waits: list[asyncio.Future[Any]] = []
+        if not retry:
+            waits.append(self.producer.send(self.topics.pages, encode(self._page(job, result)), key=item.url.encode()))
+            waits.extend(self._follow_ups(job, result))
+        fb = Feedback(
+            lease=job.lease, host=item.host, domain=item.domain, url=item.url,
+            outcome="retry" if retry else ("error" if result.error else "fetched"),
+            status=result.status, latency=result.latency, sent_at=result.sent_at, error=result.error,
+            headers=throttle_headers(result.headers),
+        )  # fmt: skip
+        waits.append(asyncio.ensure_future(self._send_feedback(fb)))
+        await asyncio.gather(*waits)
+
+    def _page(self, job: Job, r: FetchResult) -> Page:
+        return Page(
+            url=job.item.url, status=r.status, outcome="error" if r.error else "fetched", error=r.error,
+            headers=r.headers, body=r.body, truncated=r.truncated, content_type=r.content_type,
+            fetched_at=r.sent_at, latency=r.latency, meta=job.item.meta, worker=self.name,
+        )  # fmt: skip
+
+    def _follow_ups(self, job: Job, r: FetchResult) -> list[asyncio.Future[Message]]:
+        item = job.item
+        subs: list[Submission] = []
+        location = r.headers.get("location")
+        if 300 <= r.status < 400 and location and item.redirects < self.cfg.worker.max_redirects:
+            subs.append(Submission(url=urljoin(item.url, location), priority=item.priority, meta=item.meta,
+                                   follow=item.follow, scopes=item.scopes, redirects=item.redirects + 1))  # fmt: skip
+        if item.follow > 0 and r.status == 200 and "html" in r.content_type:
+            text = r.body.decode("utf-8", errors="replace")
+            for link in same_site_links(item.url, text):
+                subs.append(Submission(url=link, priority=item.priority, meta=item.meta, follow=item.follow - 1,
+                                       scopes=item.scopes))  # fmt: skip
+        return [self.producer.send(self.topics.urls, encode(s)) for s in subs]
+
+    async def _send_feedback(self, fb: Feedback) -> None:
+        """Queue ``fb`` into its partition's batch; return once the batch is acknowledged."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._feedback[partition_for(fb.domain, self._partitions)].append((fb, fut))
+        if self._feedback_task is None or self._feedback_task.done():
+            self._feedback_task = asyncio.ensure_future(self._flush_feedback())
+        await fut
+
+    async def _flush_feedback(self) -> None:
+        await asyncio.sleep(FEEDBACK_LINGER)
+        batches, self._feedback = self._feedback, defaultdict(list)
+        for partition, entries in batches.items():
+            record = encode(FeedbackBatch(items=[fb for fb, _ in entries]))
+            delivery = self.producer.send(self.topics.feedback, record, partition=partition)
+
+            def settle(d: asyncio.Future[Message], entries: list[tuple[Feedback, asyncio.Future[None]]] = entries) -> None:
+                for _, f in entries:
+                    if f.done():
+                        continue
+                    if d.exception() is not None:
+                        f.set_exception(d.exception())  # type: ignore[arg-type]
+                    else:
+                        f.set_result(None)
+
+            delivery.add_done_callback(settle)
+
+
+def run_worker(cfg: Config, concurrency: int | None = None) -> None:
+    """Run a worker until SIGINT/SIGTERM."""
+    import signal
+
+    worker = FetchWorker(cfg, concurrency)
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, worker.stop)
+        await worker.run()
+
+    asyncio.run(main())
