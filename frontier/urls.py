@@ -20,6 +20,7 @@ from topics.schemas import Submission, UrlItem
 
 MAX_URL_LENGTH = 2048
 MAX_INPUT_BYTES = 64 * 1024
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 # suffix_list_urls=() → offline: use the snapshot shipped inside tldextract, never the network.
 _extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
@@ -74,9 +75,14 @@ def canonicalize(url: str) -> tuple[str, str]:
         canonical = canonicalize_url(url, keep_fragments=False)
     except (ValueError, UnicodeError) as exc:
         raise Rejection(f"unparseable url: {exc}") from None
-    host = urlsplit(canonical).hostname or ""
+    cparts = urlsplit(canonical)
+    host = cparts.hostname or ""
     if not host:
         raise Rejection("no host")
+    if cparts.port is not None and DEFAULT_PORTS.get(scheme) == cparts.port:
+        # w3lib keeps an explicit default port; http://a:80/ and http://a/ are one URL
+        netloc = cparts.netloc.rsplit(":", 1)[0]
+        canonical = cparts._replace(netloc=netloc).geturl()
     if len(canonical) > MAX_URL_LENGTH:
         raise Rejection(f"url too long after canonicalisation ({len(canonical)} chars)")
     del port

@@ -52,7 +52,7 @@ class UrlBatch(msgspec.Struct, kw_only=True):
     items: list[UrlItem]
 
 
-class Job(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Job(msgspec.Struct, kw_only=True):
     """A lease on one URL: fetch it in ``[not_before, expires_at]`` or hand it back."""
 
     v: int = SCHEMA_VERSION
@@ -85,7 +85,7 @@ class FeedbackBatch(msgspec.Struct, kw_only=True):
     items: list[Feedback]
 
 
-class Page(msgspec.Struct, kw_only=True, omit_defaults=True):
+class Page(msgspec.Struct, kw_only=True):
     """One fetched (or finally failed) URL, as published on ``crawl.pages``."""
 
     v: int = SCHEMA_VERSION

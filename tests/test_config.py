@@ -1,0 +1,50 @@
+"""Configuration is validated at load with messages that name the key."""
+
+from pathlib import Path
+
+import pytest
+
+from frontier.config import ConfigError, from_dict, load
+
+
+def test_defaults_and_scopes_inherit_from_throttle_defaults() -> None:
+    cfg = from_dict({"throttle": {"delay": 2.0, "scopes": {"a.test": {"concurrency": 3}}}})
+    assert cfg.throttle.for_scope("a.test").delay == 2.0
+    assert cfg.throttle.for_scope("a.test").concurrency == 3
+    assert cfg.throttle.for_scope("other.test").concurrency == 1
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"throttle": {"delay": -1}}, "throttle.delay"),
+        ({"throttle": {"concurrency": 0}}, "throttle.concurrency"),
+        ({"throttle": {"scopes": {"a.test": {"concurrency": 0}}}}, "throttle.scopes.'a.test'.concurrency"),
+        ({"throttle": {"scopes": {"a.test": {"speed": 1}}}}, "unknown key(s) speed"),
+        ({"throttle": {"delay": "fast"}}, "throttle.delay"),
+        ({"topics": {"partitions": 0}}, "topics.partitions"),
+        ({"frontier": {"job_ttl": 0}}, "frontier.job_ttl"),
+        ({"worker": {"concurrency": 0}}, "worker.concurrency"),
+        ({"nonsense": {}}, "unknown section(s): nonsense"),
+    ],
+)
+def test_invalid_config_names_the_key(data: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        from_dict(data)
+    assert message in str(exc.value)
+
+
+def test_env_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[kafka]\nbootstrap = "h:1"\n')
+    cfg = load(path, env={"CRAWL_KAFKA_BOOTSTRAP": "h:2", "CRAWL_TOPIC_PREFIX": "x.", "CRAWL_PARTITIONS": "3"})
+    assert (cfg.kafka.bootstrap, cfg.topics.prefix, cfg.topics.partitions) == ("h:2", "x.", 3)
+
+
+def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[throttle\n")
+    with pytest.raises(ConfigError, match="invalid TOML"):
+        load(bad, env={})
+    with pytest.raises(ConfigError, match="not found"):
+        load(tmp_path / "missing.toml", env={})

@@ -1,0 +1,79 @@
+"""URL intake: canonical forms, registrable-domain keying, and every rejection reason."""
+
+import pytest
+
+from frontier.urls import Rejection, canonicalize, parse_input, registrable_domain
+
+
+@pytest.mark.parametrize(
+    ("raw", "canonical", "host"),
+    [
+        ("HTTP://Example.COM/a?b=2&a=1#frag", "http://example.com/a?a=1&b=2", "example.com"),
+        ("http://example.com:80/", "http://example.com/", "example.com"),
+        ("https://example.com:443/x", "https://example.com/x", "example.com"),
+        ("http://example.com:8080/x", "http://example.com:8080/x", "example.com"),
+        ("http://example.com/a b", "http://example.com/a%20b", "example.com"),
+        ("http://example.com/%7euser", "http://example.com/~user", "example.com"),
+        ("http://bücher.example/", "http://xn--bcher-kva.example/", "xn--bcher-kva.example"),
+        ("http://127.0.0.11:8000/page/1", "http://127.0.0.11:8000/page/1", "127.0.0.11"),
+        ("  http://example.com/  ", "http://example.com/", "example.com"),
+    ],
+)
+def test_canonicalize(raw: str, canonical: str, host: str) -> None:
+    assert canonicalize(raw) == (canonical, host)
+
+
+def test_equivalent_urls_share_one_canonical_form() -> None:
+    forms = {canonicalize(u)[0] for u in ("http://a.com/?y=1&x=2", "HTTP://A.com:80/?x=2&y=1#top")}
+    assert forms == {"http://a.com/?x=2&y=1"}
+
+
+@pytest.mark.parametrize(
+    ("host", "domain"),
+    [
+        ("books.toscrape.com", "toscrape.com"),
+        ("toscrape.com", "toscrape.com"),
+        ("a.b.example.co.uk", "example.co.uk"),
+        ("127.0.0.11", "127.0.0.11"),
+        ("localhost", "localhost"),
+        ("xn--bcher-kva.example", "xn--bcher-kva.example"),
+    ],
+)
+def test_registrable_domain(host: str, domain: str) -> None:
+    assert registrable_domain(host) == domain
+
+
+def test_parse_bare_url_and_json() -> None:
+    item = parse_input(b"http://Books.ToScrape.com/x")
+    assert (item.url, item.host, item.domain, item.priority) == (
+        "http://books.toscrape.com/x", "books.toscrape.com", "toscrape.com", 0)
+    item = parse_input(b'{"url": "http://quotes.toscrape.com/", "priority": 5, "meta": {"k": 1}, "follow": 2}')
+    assert (item.host, item.domain, item.priority, item.meta, item.follow) == (
+        "quotes.toscrape.com", "toscrape.com", 5, {"k": 1}, 2)
+
+
+@pytest.mark.parametrize(
+    ("raw", "reason"),
+    [
+        (b"", "empty record"),
+        (b"   ", "empty record"),
+        (b"{not json", "not valid JSON"),
+        (b'{"priority": 1}', "invalid submission"),
+        (b'{"url": 5}', "invalid submission"),
+        (b'{"url": "http://a.com/", "priority": "high"}', "invalid submission"),
+        (b"ftp://example.com/file", "unsupported scheme 'ftp'"),
+        (b"javascript:alert(1)", "unsupported scheme 'javascript'"),
+        (b"/relative/path", "not an absolute http(s) url"),
+        (b"http:///nohost", "no host"),
+        (b"http://user:pw@example.com/", "credentials in url"),
+        (b"http://example.com:99999/", "unparseable url"),
+        (b"http://example.com/" + b"a" * 3000, "url too long"),
+        (b"\xff\xfe", "not UTF-8"),
+        (b"http://exa mple.com/", "whitespace inside url"),
+        (b"x" * 70000, "record too large"),
+    ],
+)
+def test_rejections_carry_a_reason(raw: bytes, reason: str) -> None:
+    with pytest.raises(Rejection) as exc:
+        parse_input(raw)
+    assert str(exc.value).startswith(reason)
