@@ -183,7 +183,7 @@ class LocalKafka:
             )  # fmt: skip
             if fmt.returncode != 0:
                 raise KafkaError(f"storage format failed: {fmt.stdout}{fmt.stderr}")
-        cmd = [java, f"-Xms256m", f"-Xmx{self.heap}", *JVM_FLAGS, *base[1:], "kafka.Kafka", str(props)]
+        cmd = [java, "-Xms256m", f"-Xmx{self.heap}", *JVM_FLAGS, *base[1:], "kafka.Kafka", str(props)]
         with open(logs / "stdout.log", "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.pid_file.write_text(str(proc.pid))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import faust
 
@@ -44,9 +44,8 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
         producer_linger_ms=2,
     )
     service = FrontierService(cfg)
-    raw = {"key_serializer": "raw", "value_serializer": "raw", "partitions": t.partitions}
-    bydomain = app.topic(t.bydomain, **raw)
-    feedback = app.topic(t.feedback, **raw)
+    bydomain = app.topic(t.bydomain, key_serializer="raw", value_serializer="raw", partitions=t.partitions)
+    feedback = app.topic(t.feedback, key_serializer="raw", value_serializer="raw", partitions=t.partitions)
 
     @app.agent(bydomain, name="ingest")
     async def ingest(stream: Any) -> None:
@@ -70,17 +69,18 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
                 continue
             await service.handle_feedback(event.message.partition, batch, event)
 
-    @app.on_partitions_assigned.connect
-    async def assigned(sender: Any, assigned: set[Any], **_: Any) -> None:
-        service.on_assigned({tp.partition for tp in assigned if tp.topic == t.bydomain})
+    async def assigned(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
+        service.on_assigned({tp.partition for tp in args[0] if tp.topic == t.bydomain})
 
-    @app.on_partitions_revoked.connect
-    async def revoked(sender: Any, revoked: set[Any], **_: Any) -> None:
-        await service.on_revoked({tp.partition for tp in revoked if tp.topic == t.bydomain})
+    async def revoked(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
+        await service.on_revoked({tp.partition for tp in args[0] if tp.topic == t.bydomain})
+
+    # cast: mode's SignalHandlerT alias is declared so that no coroutine function matches it
+    app.on_partitions_assigned.connect(cast(Any, assigned))
+    app.on_partitions_revoked.connect(cast(Any, revoked))
 
     router = Router(cfg.kafka.client_conf(), t, group=f"{cfg.frontier.app_id}-router")
 
-    @app.task
     async def run() -> None:
         router.start()
         loop_task = asyncio.ensure_future(service.dispatch_loop())
@@ -90,10 +90,12 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
             await asyncio.sleep(0.5)
         loop_task.result()
 
-    @app.on_before_shutdown.connect
-    async def shutdown(sender: Any, **_: Any) -> None:
+    async def shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
         await asyncio.to_thread(router.stop)
         await service.close()
+
+    app.task(run)
+    app.on_before_shutdown.connect(cast(Any, shutdown))
 
     return app, service
 

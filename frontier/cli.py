@@ -66,7 +66,7 @@ def _read_urls(args: argparse.Namespace) -> Iterator[bytes]:
     for url in args.urls:
         yield url.encode()
     if args.file:
-        fh = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")  # noqa: SIM115
+        fh = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
         with fh:
             for line in fh:
                 line = line.strip()
@@ -121,8 +121,12 @@ def cmd_pages(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     consumer = Consumer(
-        {**cfg.kafka.client_conf(), "group.id": args.group or f"pages-{uuid.uuid4().hex}",
-         "auto.offset.reset": "earliest", "enable.auto.commit": bool(args.group)}  # fmt: skip
+        {
+            **cfg.kafka.client_conf(),
+            "group.id": args.group or f"pages-{uuid.uuid4().hex}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": bool(args.group),
+        }
     )
     consumer.subscribe([cfg.topics.pages])
     idle_since = time.monotonic()

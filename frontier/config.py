@@ -160,7 +160,9 @@ def from_dict(data: Mapping[str, Any]) -> Config:
     scopes_d = throttle_d.pop("scopes", {})
     default = _scope(throttle_d, "throttle", ScopeSettings())
     scopes = {name: _scope(v, f"throttle.scopes.{name!r}", default) for name, v in scopes_d.items()}
-    return Config(kafka=kafka, topics=topics, frontier=frontier, throttle=ThrottleConfig(default, scopes), worker=worker)
+    return Config(
+        kafka=kafka, topics=topics, frontier=frontier, throttle=ThrottleConfig(default, scopes), worker=worker
+    )
 
 
 def apply_env(cfg: Config, env: Mapping[str, str]) -> Config:

@@ -77,8 +77,9 @@ def run_demo(duration: float = 60.0, sites: int = 4, pages: int = 12) -> int:
             for s in fleet.sites:
                 cfg = scopes.get(s.host, {"delay": 0.5, "concurrency": 1})
                 gap = s.min_gap()
-                print(f"  {s.host:<14} {len(s.hits):>8} {cfg['delay']:>9.2f} "
-                      f"{(f'{gap:.3f}' if gap is not None else '-'):>8} {s.max_active:>8} {cfg['concurrency']:>8}")  # fmt: skip
+                gap_text = f"{gap:.3f}" if gap is not None else "-"
+                print(f"  {s.host:<14} {len(s.hits):>8} {cfg['delay']:>9.2f} {gap_text:>8} {s.max_active:>8} "
+                      f"{cfg['concurrency']:>8}")  # fmt: skip
                 if gap is not None and gap < cfg["delay"] - 0.05:
                     ok = False
                 if s.max_active > cfg["concurrency"]:

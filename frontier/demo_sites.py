@@ -9,6 +9,7 @@ these server-side logs, never from the crawler's own account.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import socket
 import threading
 import time
@@ -39,7 +40,7 @@ class Site:
 
     def gaps(self) -> list[float]:
         starts = sorted(h.start for h in self.hits)
-        return [b - a for a, b in zip(starts, starts[1:], strict=False)]
+        return [b - a for a, b in itertools.pairwise(starts)]
 
     def min_gap(self) -> float | None:
         g = self.gaps()
@@ -70,7 +71,7 @@ class SiteFleet:
         return [s.url(self.port) for s in self.sites]
 
     def all_urls(self) -> list[str]:
-        return [s.url(self.port, "/")] + [s.url(self.port, f"/page/{i}") for s in self.sites for i in range(1, s.pages)]
+        return [s.url(self.port, "/" if i == 0 else f"/page/{i}") for s in self.sites for i in range(s.pages)]
 
     def site(self, host: str) -> Site:
         return next(s for s in self.sites if s.host == host)

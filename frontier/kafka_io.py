@@ -42,6 +42,14 @@ def consumer_conf(base: Mapping[str, str], group: str, **extra: Any) -> dict[str
     return conf
 
 
+def coordinates(msg: Message) -> tuple[str, int, int]:
+    """(topic, partition, offset) of a consumed or delivered message."""
+    topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
+    if topic is None or partition is None or offset is None:
+        raise ValueError("message without topic/partition/offset")
+    return topic, partition, offset
+
+
 class DeliveryError(RuntimeError):
     pass
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from frontier.kafka_io import consumer_conf, producer_conf
+from frontier.kafka_io import consumer_conf, coordinates, producer_conf
 from frontier.urls import Rejection, parse_input
 from topics.catalog import Topics
 from topics.partitioning import partition_for
@@ -33,9 +33,7 @@ log = logging.getLogger(__name__)
 BATCH_ITEMS = 2000  # URLs per UrlBatch record
 
 
-def route(
-    msgs: list[Message], partitions: int, topic: str
-) -> tuple[dict[int, list[UrlItem]], list[Rejected]]:
+def route(msgs: list[Message], partitions: int, topic: str) -> tuple[dict[int, list[UrlItem]], list[Rejected]]:
     """Split consumed records into per-partition URL lists and rejections (pure)."""
     routed: dict[int, list[UrlItem]] = defaultdict(list)
     rejected: list[Rejected] = []
@@ -44,8 +42,9 @@ def route(
         try:
             item = parse_input(raw)
         except Rejection as exc:
+            _, partition, offset = coordinates(msg)
             rejected.append(
-                Rejected(reason=str(exc), original=raw or b"", topic=topic, partition=msg.partition(), offset=msg.offset())
+                Rejected(reason=str(exc), original=raw or b"", topic=topic, partition=partition, offset=offset)
             )
             continue
         routed[partition_for(item.domain, partitions)].append(item)
@@ -86,11 +85,12 @@ class Router:
                 # commit only now that the output is acknowledged
                 next_offsets: dict[tuple[str, int], int] = {}
                 for m in good:
-                    next_offsets[(m.topic(), m.partition())] = m.offset() + 1
+                    t, p, o = coordinates(m)
+                    next_offsets[(t, p)] = o + 1
                 if next_offsets:
                     tps = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
                     self._consumer.commit(offsets=tps, asynchronous=False)
-        except BaseException as exc:  # noqa: BLE001 - surfaced to the frontier, which stops
+        except BaseException as exc:
             log.exception("router failed")
             self.error = exc
         finally:

@@ -77,7 +77,9 @@ class FrontierService:
         except Exception:
             log.exception("restoring partition %d failed", p)
             raise
-        owned = _Owned(frontier=PartitionFrontier(p, kv, self.cfg.frontier, self.cfg.throttle, self._changelog(p)), kv=kv)
+        owned = _Owned(
+            frontier=PartitionFrontier(p, kv, self.cfg.frontier, self.cfg.throttle, self._changelog(p)), kv=kv
+        )
         self._owned[p] = owned
         owned.frontier.rebuild(self.clock())
         self._restoring.pop(p, None)
@@ -176,7 +178,9 @@ class FrontierService:
             if timeout > 0:
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=min(timeout, 0.05) if self._pending() else timeout)
+                    await asyncio.wait_for(
+                        self._wake.wait(), timeout=min(timeout, 0.05) if self._pending() else timeout
+                    )
                 except TimeoutError:
                     pass
             else:

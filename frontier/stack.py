@@ -80,7 +80,7 @@ class Stack:
         create_all(self.client, self.topics)
 
     def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+        log = open(self.workdir / f"{name}.log", "ab")
         cmd = [sys.executable, "-m", "frontier.cli", "--config", str(self.config_path), *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = proc
@@ -124,15 +124,20 @@ class TopicReader:
 
     def __init__(self, client: dict[str, str], topic: str) -> None:
         self._consumer = Consumer(
-            {**client, "group.id": f"reader-{uuid.uuid4().hex}", "auto.offset.reset": "earliest",
-             "enable.auto.commit": False}  # fmt: skip
+            {
+                **client,
+                "group.id": f"reader-{uuid.uuid4().hex}",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
         )
         self._consumer.subscribe([topic])
 
     def poll(self, timeout: float = 0.2, max_records: int = 1000) -> Iterator[bytes]:
         for msg in self._consumer.consume(max_records, timeout=timeout):
-            if msg.error() is None and msg.value() is not None:
-                yield msg.value()
+            value = msg.value()
+            if msg.error() is None and value is not None:
+                yield value
 
     def close(self) -> None:
         self._consumer.close()

@@ -75,7 +75,7 @@ def replay(kv: RocksKV, client_conf: dict[str, Any], topic: str, partition: int,
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        done = msg.offset() >= high or done
+                        done = True  # reached the end of the changelog
                         continue
                     raise RuntimeError(f"changelog restore of {topic}[{partition}] failed: {err}")
                 key = msg.key()
@@ -87,7 +87,7 @@ def replay(kv: RocksKV, client_conf: dict[str, Any], topic: str, partition: int,
                 else:
                     kv.put(key, value)
                 count += 1
-                if msg.offset() >= high - 1:
+                if (msg.offset() or 0) >= high - 1:
                     done = True
             if done:
                 return count

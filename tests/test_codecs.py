@@ -3,7 +3,16 @@
 import pytest
 
 from topics.schemas import (
-    Feedback, FeedbackBatch, Job, Page, Rejected, SchemaError, UrlBatch, UrlItem, decode, encode,
+    Feedback,
+    FeedbackBatch,
+    Job,
+    Page,
+    Rejected,
+    SchemaError,
+    UrlBatch,
+    UrlItem,
+    decode,
+    encode,
 )
 
 ITEM = UrlItem(url="http://a.test/", host="a.test", domain="a.test", priority=3, meta={"x": [1]}, follow=1)
@@ -14,8 +23,21 @@ ITEM = UrlItem(url="http://a.test/", host="a.test", domain="a.test", priority=3,
     [
         UrlBatch(items=[ITEM, ITEM]),
         Job(lease="l1", item=ITEM, not_before=1.5, expires_at=31.5, min_gap=1.0, retries_left=2),
-        FeedbackBatch(items=[Feedback(lease="l1", host="a.test", domain="a.test", url=ITEM.url, outcome="fetched",
-                                      status=429, latency=0.25, sent_at=1.6, headers={"retry-after": "5"})]),
+        FeedbackBatch(
+            items=[
+                Feedback(
+                    lease="l1",
+                    host="a.test",
+                    domain="a.test",
+                    url=ITEM.url,
+                    outcome="fetched",
+                    status=429,
+                    latency=0.25,
+                    sent_at=1.6,
+                    headers={"retry-after": "5"},
+                )
+            ]
+        ),
         Page(url=ITEM.url, status=200, headers={"content-type": "text/html"}, body=b"\x00\xffbinary", fetched_at=2.0),
         Rejected(reason="no host", original=b"\xff\xfe", topic="crawl.urls", partition=1, offset=7),
     ],

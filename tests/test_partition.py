@@ -43,8 +43,9 @@ def items(*urls: str) -> list[UrlItem]:
 
 def fb(job: Job, outcome: str = "fetched", sent_at: float = 0.0, status: int = 200) -> Feedback:
     i = job.item
-    return Feedback(lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome=outcome,
-                    status=status, sent_at=sent_at)
+    return Feedback(
+        lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome=outcome, status=status, sent_at=sent_at
+    )
 
 
 def test_dedup_across_batches_and_canonical_forms(kv: KV) -> None:

@@ -46,10 +46,19 @@ def test_registrable_domain(host: str, domain: str) -> None:
 def test_parse_bare_url_and_json() -> None:
     item = parse_input(b"http://Books.ToScrape.com/x")
     assert (item.url, item.host, item.domain, item.priority) == (
-        "http://books.toscrape.com/x", "books.toscrape.com", "toscrape.com", 0)
+        "http://books.toscrape.com/x",
+        "books.toscrape.com",
+        "toscrape.com",
+        0,
+    )
     item = parse_input(b'{"url": "http://quotes.toscrape.com/", "priority": 5, "meta": {"k": 1}, "follow": 2}')
     assert (item.host, item.domain, item.priority, item.meta, item.follow) == (
-        "quotes.toscrape.com", "toscrape.com", 5, {"k": 1}, 2)
+        "quotes.toscrape.com",
+        "toscrape.com",
+        5,
+        {"k": 1},
+        2,
+    )
 
 
 @pytest.mark.parametrize(

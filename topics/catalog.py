@@ -7,9 +7,11 @@ runs, can share one broker. ``create_all`` is idempotent.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.cimpl import NewTopic
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,8 @@ class Topics:
 def create_all(admin_conf: dict[str, str], topics: Topics, timeout: float = 30.0) -> list[str]:
     """Create every missing topic; return the names created. Existing topics are left alone,
     but a co-partitioned topic with the wrong partition count is an error."""
-    admin = AdminClient(admin_conf)
+    conf: dict[str, Any] = dict(admin_conf)
+    admin = AdminClient(conf)
     existing = admin.list_topics(timeout=timeout).topics
     for spec in COPARTITIONED:
         md = existing.get(topics.name(spec))
@@ -98,7 +101,9 @@ def create_all(admin_conf: dict[str, str], topics: Topics, timeout: float = 30.0
         config = {"cleanup.policy": "compact" if spec.compacted else "delete"}
         if spec.base in (PAGES.base,):
             config["max.message.bytes"] = str(16 * 1024 * 1024)
-        new.append(NewTopic(name, num_partitions=topics.partitions, replication_factor=topics.replication, config=config))
+        new.append(
+            NewTopic(name, num_partitions=topics.partitions, replication_factor=topics.replication, config=config)
+        )
     created = []
     if new:
         for name, fut in admin.create_topics(new, operation_timeout=timeout).items():

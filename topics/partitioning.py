@@ -10,4 +10,4 @@ from aiokafka.partitioner import murmur2
 
 @lru_cache(maxsize=262144)
 def partition_for(key: str, partitions: int) -> int:
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+    return int(murmur2(key.encode()) & 0x7FFFFFFF) % partitions

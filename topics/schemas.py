@@ -132,7 +132,7 @@ def decode(data: bytes, kind: type[T]) -> T:
     if dec is None:
         dec = _decoders[kind] = msgspec.json.Decoder(kind)
     try:
-        msg = dec.decode(data)
+        msg: T = dec.decode(data)
     except msgspec.DecodeError as exc:
         raise SchemaError(f"{kind.__name__}: {exc}") from exc
     version = getattr(msg, "v", SCHEMA_VERSION)

@@ -25,7 +25,7 @@ import aiohttp
 from confluent_kafka import Consumer, Message, TopicPartition
 
 from frontier.config import Config
-from frontier.kafka_io import AsyncProducer, consumer_conf, producer_conf
+from frontier.kafka_io import AsyncProducer, consumer_conf, coordinates, producer_conf
 from topics.partitioning import partition_for
 from topics.schemas import Feedback, FeedbackBatch, Job, Page, SchemaError, Submission, decode, encode
 from workers.fetch import FetchResult, fetch, is_retryable, throttle_headers
@@ -143,7 +143,7 @@ class FetchWorker:
                         if msg.error() is not None:
                             log.warning("consume error: %s", msg.error())
                             continue
-                        self.tracker.started(msg.topic(), msg.partition(), msg.offset())
+                        self.tracker.started(*coordinates(msg))
                         task = asyncio.ensure_future(self._handle(session, sem, msg))
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
@@ -177,7 +177,7 @@ class FetchWorker:
             log.exception("job at %s[%d]@%d failed; it will come back after its lease", msg.topic(),
                           msg.partition(), msg.offset())  # fmt: skip
         finally:
-            self.tracker.finished(msg.topic(), msg.partition(), msg.offset())
+            self.tracker.finished(*coordinates(msg))
 
     async def _process(self, session: aiohttp.ClientSession, sem: asyncio.Semaphore, job: Job) -> None:
         item = job.item
@@ -245,7 +245,9 @@ class FetchWorker:
             record = encode(FeedbackBatch(items=[fb for fb, _ in entries]))
             delivery = self.producer.send(self.topics.feedback, record, partition=partition)
 
-            def settle(d: asyncio.Future[Message], entries: list[tuple[Feedback, asyncio.Future[None]]] = entries) -> None:
+            def settle(
+                d: asyncio.Future[Message], entries: list[tuple[Feedback, asyncio.Future[None]]] = entries
+            ) -> None:
                 for _, f in entries:
                     if f.done():
                         continue

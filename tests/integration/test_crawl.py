@@ -1,0 +1,98 @@
+"""End to end on the real broker: unkeyed URLs in, every page out exactly once, invalid input
+rejected with a reason, and politeness judged by the servers' own request logs."""
+
+import json
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from frontier.demo_sites import SiteFleet
+from frontier.stack import Stack, TopicReader, read_pages, read_rejected, wait_until
+from topics.partitioning import partition_for
+
+TOLERANCE = 0.03  # seconds; far below every configured delay here
+
+
+def test_crawl_exactly_once_politely(bootstrap: str, tmp_path: Path) -> None:
+    fleet = SiteFleet(3, pages=6, latency=0.05, first_octet=40)
+    fleet.sites[2].latency = 0.6  # slower than its delay: concurrency is what limits it
+    fleet.start()
+    a, b, c = (s.host for s in fleet.sites)
+    limits = {a: (0.3, 1), b: (0.2, 1), c: (0.25, 2)}
+    stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle={
+        "delay": 0.3, "concurrency": 1,
+        "scopes": {host: {"delay": d, "concurrency": n} for host, (d, n) in limits.items()},
+    })  # fmt: skip
+    try:
+        stack.create_topics()
+        stack.start_frontier()
+        stack.start_worker("w1", concurrency=4)
+        stack.start_worker("w2", concurrency=4)
+        urls = fleet.all_urls()
+        invalid = {
+            b"ftp://example.com/x": "unsupported scheme",
+            b"{broken json": "not valid JSON",
+            b'{"url": 42}': "invalid submission",
+            b"http://user:pw@127.0.0.40/": "credentials in url",
+        }
+        producer = Producer({**stack.client})  # no key, default partitioner: input lands anywhere
+        for url in urls:
+            producer.produce(stack.topics.urls, url.encode())
+        producer.produce(stack.topics.urls, urls[0].encode())  # a duplicate submission
+        producer.produce(stack.topics.urls, json.dumps({"url": urls[1] + "#same-page"}).encode())  # same URL
+        for raw in invalid:
+            producer.produce(stack.topics.urls, raw)
+        assert producer.flush(30) == 0
+
+        pages_reader = TopicReader(stack.client, stack.topics.pages)
+        rejected_reader = TopicReader(stack.client, stack.topics.rejected)
+        pages: list[str] = []
+        rejected = []
+
+        def collected() -> bool:
+            stack.check_alive()
+            pages.extend(p.url for p in read_pages(pages_reader))
+            rejected.extend(read_rejected(rejected_reader, timeout=0.05))
+            return len(set(pages)) >= len(urls) and len(rejected) >= len(invalid)
+
+        wait_until(collected, timeout=120, what="all pages and rejections")
+        # a short extra look for late duplicates (bounded poll, not a sleep)
+        for _ in range(10):
+            pages.extend(p.url for p in read_pages(pages_reader, timeout=0.2))
+        pages_reader.close()
+        rejected_reader.close()
+
+        assert sorted(pages) == sorted(urls), "every URL exactly once"
+        assert {r.original: r.reason for r in rejected}.keys() == invalid.keys()
+        for r in rejected:
+            assert r.reason.startswith(invalid[r.original]), r
+            assert r.topic == stack.topics.urls and r.offset >= 0
+
+        for site in fleet.sites:
+            delay, conc = limits[site.host]
+            assert len(site.hits) == len(urls) // 3, f"{site.host} saw {len(site.hits)} requests"
+            gap = site.min_gap()
+            assert gap is not None and gap >= delay - TOLERANCE, f"{site.host}: min gap {gap:.3f} < delay {delay}"
+            assert site.max_active <= conc, f"{site.host}: {site.max_active} concurrent > {conc}"
+        assert fleet.site(c).max_active == 2, "the slow site should use its 2 slots"
+    finally:
+        stack.stop_all()
+        fleet.stop()
+
+
+def test_partitioner_agreement(bootstrap: str, tmp_path: Path) -> None:
+    """confluent-kafka's murmur2_random and our partition_for put every key on the same partition."""
+    stack = Stack(bootstrap, tmp_path / "stack", partitions=8)
+    stack.create_topics()
+    producer = Producer({**stack.client, "partitioner": "murmur2_random"})
+    keys = [f"d{i}.example.com" for i in range(200)] + ["127.0.0.1", "xn--bcher-kva.example", "toscrape.com"]
+    placed: dict[str, int] = {}
+
+    def record(err: object, msg: object) -> None:
+        assert err is None
+        placed[msg.key().decode()] = msg.partition()  # type: ignore[attr-defined]
+
+    for k in keys:
+        producer.produce(stack.topics.pages, b"x", key=k.encode(), on_delivery=record)
+    assert producer.flush(30) == 0
+    assert placed == {k: partition_for(k, 8) for k in keys}
