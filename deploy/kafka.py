@@ -1,7 +1,7 @@
 """Run a real single-node Apache Kafka broker (KRaft) on 127.0.0.1 without Docker.
 
 Duties:
-- assemble the broker's classpath from Maven Central (``deploy/kafka/pom.xml``) and cache it
+- assemble the broker's classpath from Maven Central (``deploy/maven/pom.xml``) and cache it
   outside the repository, keyed by Kafka version;
 - write ``server.properties`` and a log4j2 config, format the storage, start ``kafka.Kafka``
   with Java 17, and wait until the broker answers metadata requests;
@@ -25,7 +25,7 @@ from pathlib import Path
 
 KAFKA_VERSION = os.environ.get("CRAWL_KAFKA_VERSION", "4.1.1")
 LOG4J_VERSION = "2.24.3"
-POM = Path(__file__).parent / "kafka" / "pom.xml"
+POM = Path(__file__).parent / "maven" / "pom.xml"
 CACHE_DIR = Path(os.environ.get("CRAWL_CACHE_DIR", Path.home() / ".cache" / "crawl-frontier"))
 STATE_DIR = Path(os.environ.get("CRAWL_STATE_DIR", Path.home() / ".local" / "state" / "crawl-frontier"))
 
