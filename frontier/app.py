@@ -53,7 +53,7 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
             try:
                 batch = decode(event.value, UrlBatch)
             except SchemaError as exc:
-                log.error("dropping undecodable record on %s: %s", t.bydomain, exc)
+                await service.dead_letter(t.bydomain, event.message.partition, event.message.offset, event.value, exc)
                 event.ack()
                 continue
             await service.handle_urls(event.message.partition, batch, event)
@@ -64,7 +64,7 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
             try:
                 batch = decode(event.value, FeedbackBatch)
             except SchemaError as exc:
-                log.error("dropping undecodable record on %s: %s", t.feedback, exc)
+                await service.dead_letter(t.feedback, event.message.partition, event.message.offset, event.value, exc)
                 event.ack()
                 continue
             await service.handle_feedback(event.message.partition, batch, event)

@@ -14,10 +14,59 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from urllib.parse import urlsplit
+
+from confluent_kafka import Producer
 
 from deploy.kafka import LocalKafka, free_port
 from frontier.demo_sites import SiteFleet
-from frontier.stack import Stack, TopicReader, read_pages
+from frontier.stack import Stack, TopicReader, read_pages, read_rejected
+from topics.schemas import Page, Rejected
+
+DEFAULT_DELAY, DEFAULT_CONCURRENCY = 0.5, 1
+
+
+def _summary(
+    fleet: SiteFleet,
+    got: dict[str, Page],
+    expected: int,
+    scopes: dict[str, dict[str, float]],
+    elapsed: float,
+    rejected: list[Rejected],
+) -> int:
+    """Print the crawl's outcome per site, judged from the sites' own request logs; 0 if all held."""
+    statuses = Counter(p.status for p in got.values())
+    print("\nsummary")
+    print(f"  pages fetched: {len(got)}/{expected} in {elapsed:.1f}s (status counts: {dict(statuses)})")
+    print(f"  rejected inputs: {len(rejected)} " + ", ".join(f"{r.original[:40]!r}: {r.reason}" for r in rejected))
+    print(f"  {'site':<12} {'pages':>5} {'errors':>6} {'requests':>8} {'delay':>6} {'min gap':>8} "
+          f"{'conc':>4} {'max conc':>8}")  # fmt: skip
+    complete, polite = len(got) == expected, True
+    for s in fleet.sites:
+        cfg = scopes.get(s.host, {"delay": DEFAULT_DELAY, "concurrency": DEFAULT_CONCURRENCY})
+        pages = [p for p in got.values() if urlsplit(p.url).hostname == s.host]
+        errors = sum(1 for p in pages if p.outcome == "error" or p.status >= 400)
+        gap = s.min_gap()
+        gap_text = f"{gap:.3f}" if gap is not None else "-"
+        print(f"  {s.host:<12} {len(pages):>5} {errors:>6} {len(s.hits):>8} {cfg['delay']:>6.2f} {gap_text:>8} "
+              f"{cfg['concurrency']:>4.0f} {s.max_active:>8}")  # fmt: skip
+        if (gap is not None and gap < cfg["delay"] - 0.05) or s.max_active > cfg["concurrency"]:
+            polite = False
+    print(f"  politeness: {'held' if polite else 'VIOLATED'} (min gap = the smallest interval between two "
+          "requests that the site itself saw; max conc = most requests it served at once)")  # fmt: skip
+    if not complete:
+        print(f"  crawl incomplete: {expected - len(got)} page(s) missing")
+    return 0 if complete and polite else 1
+
+
+def _submit(stack: Stack, roots: list[str]) -> None:
+    """Publish the sites' roots (with link following) and one invalid input, unkeyed, as a user would."""
+    producer = Producer(stack.client)
+    for root in roots:
+        producer.produce(stack.topics.urls, json.dumps({"url": root, "follow": 2}).encode())
+    producer.produce(stack.topics.urls, b"ftp://not-a-web-url.example/")  # shows crawl.rejected at work
+    if producer.flush(30):
+        raise RuntimeError("could not publish the demo's URLs")
 
 
 def run_demo(duration: float = 60.0, sites: int = 4, pages: int = 12) -> int:
@@ -37,56 +86,35 @@ def run_demo(duration: float = 60.0, sites: int = 4, pages: int = 12) -> int:
                 fleet.sites[0].host: {"delay": 0.25, "concurrency": 2},
                 fleet.sites[-1].host: {"delay": 1.0, "concurrency": 1},
             }
+            default = {"delay": DEFAULT_DELAY, "concurrency": DEFAULT_CONCURRENCY}
             stack = Stack(bootstrap, work / "stack", prefix="demo.", partitions=4,
-                          throttle={"delay": 0.5, "concurrency": 1, "scopes": scopes})  # fmt: skip
+                          throttle={**default, "scopes": scopes})  # fmt: skip
             stack.create_topics()
             stack.start_frontier()
             stack.start_worker("worker-1", concurrency=8)
             stack.start_worker("worker-2", concurrency=8)
-            from confluent_kafka import Producer
-
-            producer = Producer({**stack.client, "partitioner": "murmur2_random"})
-            for root in fleet.roots():
-                producer.produce(stack.topics.urls, json.dumps({"url": root, "follow": 2}).encode())
-            producer.produce(stack.topics.urls, b"ftp://not-a-web-url.example/")  # shows crawl.rejected at work
-            producer.flush(30)
+            _submit(stack, fleet.roots())
             expected = sites * pages
             print(f"demo: {sites} sites x {pages} pages on {', '.join(s.host for s in fleet.sites)} "
                   f"port {fleet.port}; expecting {expected} pages", flush=True)  # fmt: skip
             reader = TopicReader(stack.client, stack.topics.pages)
-            got: dict[str, int] = {}
-            statuses: Counter[int] = Counter()
+            got: dict[str, Page] = {}
             last_print = 0.0
             deadline = time.monotonic() + duration
             while time.monotonic() < deadline and len(got) < expected:
                 stack.check_alive()
                 for page in read_pages(reader, timeout=0.5):
-                    got[page.url] = page.status
-                    statuses[page.status] += 1
+                    got[page.url] = page
                 if time.monotonic() - last_print > 2:
                     last_print = time.monotonic()
                     per_site = " ".join(f"{s.host}:{len(s.hits)}" for s in fleet.sites)
                     print(f"  {time.monotonic() - started:5.1f}s  pages {len(got)}/{expected}  requests {per_site}",
                           flush=True)  # fmt: skip
             reader.close()
-            elapsed = time.monotonic() - started
-            print("\nsummary")
-            print(f"  pages fetched: {len(got)}/{expected} in {elapsed:.1f}s (status counts: {dict(statuses)})")
-            print(f"  {'site':<14} {'requests':>8} {'delay cfg':>9} {'min gap':>8} {'max conc':>8} {'conc cfg':>8}")
-            ok = len(got) == expected
-            for s in fleet.sites:
-                cfg = scopes.get(s.host, {"delay": 0.5, "concurrency": 1})
-                gap = s.min_gap()
-                gap_text = f"{gap:.3f}" if gap is not None else "-"
-                print(f"  {s.host:<14} {len(s.hits):>8} {cfg['delay']:>9.2f} {gap_text:>8} {s.max_active:>8} "
-                      f"{cfg['concurrency']:>8}")  # fmt: skip
-                if gap is not None and gap < cfg["delay"] - 0.05:
-                    ok = False
-                if s.max_active > cfg["concurrency"]:
-                    ok = False
-            print(f"  politeness: {'held' if ok else 'VIOLATED or crawl incomplete'} "
-                  "(min gap = smallest interval between two requests the site itself saw)")  # fmt: skip
-            return 0 if ok else 1
+            rejected_reader = TopicReader(stack.client, stack.topics.rejected)
+            rejected = read_rejected(rejected_reader, timeout=2.0)
+            rejected_reader.close()
+            return _summary(fleet, got, expected, scopes, time.monotonic() - started, rejected)
         except KeyboardInterrupt:
             print("demo: interrupted", file=sys.stderr)
             return 130

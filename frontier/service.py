@@ -25,7 +25,7 @@ from frontier.kafka_io import AsyncProducer, producer_conf
 from frontier.partition import PartitionFrontier
 from frontier.state import changelog_end, close_partition, db_path, open_partition
 from frontier.store import RocksKV
-from topics.schemas import FeedbackBatch, UrlBatch, encode
+from topics.schemas import FeedbackBatch, Rejected, UrlBatch, encode
 
 log = logging.getLogger("frontier")
 
@@ -151,6 +151,13 @@ class FrontierService:
         owned.pending_acks.append((owned.written, event))
         self._ack_delivered(owned)
         self._wake.set()
+
+    async def dead_letter(self, topic: str, partition: int, offset: int, raw: bytes | None, exc: Exception) -> None:
+        """Put an undecodable record on ``crawl.rejected`` with the reason (never silently dropped)."""
+        log.error("undecodable record %s[%d]@%d: %s", topic, partition, offset, exc)
+        rejected = Rejected(reason=f"undecodable: {exc}", original=raw or b"", topic=topic, partition=partition,
+                            offset=offset)  # fmt: skip
+        await self.producer.send(self.topics.rejected, encode(rejected))
 
     # -- dispatch ----------------------------------------------------------------------------------
     def dispatch_once(self) -> float:

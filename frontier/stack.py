@@ -74,7 +74,7 @@ class Stack:
 
     @property
     def client(self) -> dict[str, str]:
-        return {"bootstrap.servers": self.bootstrap}
+        return {"bootstrap.servers": self.bootstrap, "log_level": "4"}  # librdkafka: warnings and worse
 
     def create_topics(self) -> None:
         create_all(self.client, self.topics)

@@ -27,7 +27,17 @@ from confluent_kafka import Consumer, Message, TopicPartition
 from frontier.config import Config
 from frontier.kafka_io import AsyncProducer, consumer_conf, coordinates, producer_conf
 from topics.partitioning import partition_for
-from topics.schemas import Feedback, FeedbackBatch, Job, Page, SchemaError, Submission, decode, encode
+from topics.schemas import (
+    Feedback,
+    FeedbackBatch,
+    Job,
+    Page,
+    Rejected,
+    SchemaError,
+    Submission,
+    decode,
+    encode,
+)
 from workers.fetch import FetchResult, fetch, is_retryable, throttle_headers
 from workers.links import same_site_links
 
@@ -170,7 +180,11 @@ class FetchWorker:
             try:
                 job = decode(msg.value() or b"", Job)
             except SchemaError as exc:
-                log.error("undecodable job at %s[%d]@%d: %s", msg.topic(), msg.partition(), msg.offset(), exc)
+                topic, partition, offset = coordinates(msg)
+                log.error("undecodable job at %s[%d]@%d: %s", topic, partition, offset, exc)
+                rejected = Rejected(reason=f"undecodable: {exc}", original=msg.value() or b"", topic=topic,
+                                    partition=partition, offset=offset)  # fmt: skip
+                await self.producer.send(self.topics.rejected, encode(rejected))
                 return
             await self._process(session, sem, job)
         except Exception:

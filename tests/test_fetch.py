@@ -1,0 +1,107 @@
+"""The worker's fetch against real local HTTP servers on loopback: latency, no redirect
+following, body cap, and error kinds."""
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from deploy.kafka import free_port
+from workers.fetch import fetch, is_retryable, throttle_headers
+from workers.links import same_site_links
+
+HOST = "127.0.0.77"
+
+
+async def _ok(_: web.Request) -> web.Response:
+    return web.Response(text="<a href='/x'>x</a>", content_type="text/html")
+
+
+async def _slow_headers(_: web.Request) -> web.Response:
+    await asyncio.sleep(0.3)  # simulated server work before the headers
+    return web.Response(text="late")
+
+
+async def _redirect(_: web.Request) -> web.Response:
+    return web.Response(status=302, headers={"Location": "/ok"})
+
+
+async def _big(_: web.Request) -> web.Response:
+    return web.Response(body=b"x" * 300_000)
+
+
+async def _hang(_: web.Request) -> web.Response:
+    await asyncio.sleep(1.5)  # the client's timeout (0.3 s) must fire first
+    return web.Response(text="never")
+
+
+async def _unavailable(_: web.Request) -> web.Response:
+    return web.Response(status=503, headers={"Retry-After": "7", "X-Other": "1"})
+
+
+async def _reset(request: web.Request) -> web.Response:
+    assert request.transport is not None
+    request.transport.close()
+    return web.Response(text="unreachable")
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[str]:
+    app = web.Application()
+    for path, handler in {"/ok": _ok, "/slow": _slow_headers, "/redirect": _redirect, "/big": _big,
+                          "/hang": _hang, "/503": _unavailable, "/reset": _reset}.items():  # fmt: skip
+        app.router.add_get(path, handler)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, HOST, port).start()
+    yield f"http://{HOST}:{port}"
+    await runner.cleanup()
+
+
+@pytest.fixture
+async def session() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as s:
+        yield s
+
+
+async def test_ok_and_latency_is_time_to_headers(server: str, session: aiohttp.ClientSession) -> None:
+    r = await fetch(session, f"{server}/ok", 5, 1_000_000)
+    assert (r.status, r.error, r.truncated) == (200, "", False) and b"href" in r.body
+    assert "text/html" in r.content_type
+    slow = await fetch(session, f"{server}/slow", 5, 1_000_000)
+    assert 0.3 <= slow.latency < 2.0 and slow.latency > r.latency
+
+
+async def test_redirect_is_reported_not_followed(server: str, session: aiohttp.ClientSession) -> None:
+    r = await fetch(session, f"{server}/redirect", 5, 1_000_000)
+    assert r.status == 302 and r.headers["location"] == "/ok"
+
+
+async def test_body_is_capped(server: str, session: aiohttp.ClientSession) -> None:
+    r = await fetch(session, f"{server}/big", 5, 100_000)
+    assert r.truncated and len(r.body) == 100_000
+
+
+async def test_error_kinds(server: str, session: aiohttp.ClientSession) -> None:
+    hang = await fetch(session, f"{server}/hang", 0.3, 1000)
+    assert hang.error == "timeout" and is_retryable(hang)
+    reset = await fetch(session, f"{server}/reset", 5, 1000)
+    assert reset.error in ("reset", "truncated") and is_retryable(reset)
+    refused = await fetch(session, f"http://{HOST}:{free_port()}/", 5, 1000)
+    assert refused.error == "connect" and is_retryable(refused)
+    unavailable = await fetch(session, f"{server}/503", 5, 1000)
+    assert unavailable.status == 503 and is_retryable(unavailable)
+    assert throttle_headers(unavailable.headers) == {"retry-after": "7"}
+
+
+def test_same_site_links() -> None:
+    html = """<base href="/dir/"><a href="a">a</a><a href="http://sub.example.com/b#f">b</a>
+              <a href="http://other.org/c">c</a><a href="mailto:x@example.com">m</a><a href="a">dup</a><a>none</a>"""
+    assert same_site_links("http://www.example.com/start", html) == [
+        "http://www.example.com/dir/a",
+        "http://sub.example.com/b",
+    ]
+    assert same_site_links("http://example.com/", "<a href='http://[bad/'>x</a><p") == []
