@@ -36,18 +36,82 @@ class ConfigError(ValueError):
     """The configuration is invalid; the message names the key."""
 
 
+BACKOFF_CODES = (429, 502, 503, 504, 520, 521, 522, 523, 524)
+
+
+@dataclass(frozen=True)
+class AutoThrottleSettings:
+    """Scrapy's AutoThrottle: aim at ``target_concurrency`` requests in flight on average."""
+
+    enabled: bool = True
+    start_delay: float = 5.0  # first delay of a scope (never below its configured delay)
+    max_delay: float = 60.0
+    target_concurrency: float = 1.0
+
+
+@dataclass(frozen=True)
+class BackoffSettings:
+    codes: tuple[int, ...] = BACKOFF_CODES  # statuses that trigger backoff (network errors always do)
+    factor: float = 2.0
+    min_delay: float = 1.0
+    max_delay: float = 300.0
+    window: float = 60.0  # quiet seconds before each recovery step
+
+
+@dataclass(frozen=True)
+class RampupSettings:
+    """Speed up until about ``target`` backoff responses per window (API-like scopes)."""
+
+    enabled: bool = False
+    target: tuple[int, int] = (1, 1)  # acceptable backoff responses per window: [lo, hi]
+    window: float = 60.0
+    min_delay: float = 0.25  # rampup halves the delay down to this, then raises concurrency
+    max_concurrency: int = 16
+
+
 @dataclass(frozen=True)
 class ScopeSettings:
-    """Fixed politeness of one throttling scope (a host by default)."""
+    """Politeness of one throttling scope (a host by default)."""
 
-    delay: float = 1.0  # seconds between two request sends
+    delay: float = 1.0  # seconds between two request sends; AutoThrottle never goes below it
     concurrency: int = 1  # requests in flight at once
+    jitter: tuple[float, float] = (0.0, 0.0)  # each gap is multiplied by 1 + uniform(lo, hi)
+    autothrottle: AutoThrottleSettings = field(default_factory=AutoThrottleSettings)
+    backoff: BackoffSettings = field(default_factory=BackoffSettings)
+    rampup: RampupSettings = field(default_factory=RampupSettings)
+    gate_max: float = 3600.0  # cap on Retry-After / RateLimit gates
+    quota: float = 0.0  # cost units per window (0: no quota)
+    window: float = 60.0  # quota window, seconds
+    spread: bool = False  # pace requests evenly over the quota window (delay >= window/quota)
+    ignore_robots_txt: bool = False  # configured delay/concurrency win over Crawl-delay (logged)
+    robots_max_delay: float = 60.0  # cap on Crawl-delay / Request-rate
 
     def validate(self, where: str) -> None:
-        if not isinstance(self.delay, int | float) or self.delay < 0:
-            raise ConfigError(f"{where}.delay: must be a number >= 0, got {self.delay!r}")
-        if not isinstance(self.concurrency, int) or self.concurrency < 1:
-            raise ConfigError(f"{where}.concurrency: must be an integer >= 1, got {self.concurrency!r}")
+        def bad(key: str, what: str, value: object) -> ConfigError:
+            return ConfigError(f"{where}.{key}: {what}, got {value!r}")
+
+        if self.delay < 0:
+            raise bad("delay", "must be a number >= 0", self.delay)
+        if self.concurrency < 1:
+            raise bad("concurrency", "must be an integer >= 1", self.concurrency)
+        lo, hi = self.jitter
+        if not (-1 < lo <= hi):
+            raise bad("jitter", "must be j in [0, 1) or [lo, hi] with -1 < lo <= hi", self.jitter)
+        at = self.autothrottle
+        if at.target_concurrency <= 0:
+            raise bad("autothrottle.target_concurrency", "must be > 0", at.target_concurrency)
+        if at.start_delay < 0 or at.max_delay <= 0:
+            raise bad("autothrottle", "start_delay must be >= 0 and max_delay > 0", (at.start_delay, at.max_delay))
+        b = self.backoff
+        if b.factor < 1 or b.min_delay < 0 or b.max_delay < b.min_delay or b.window <= 0:
+            raise bad("backoff", "needs factor >= 1, 0 <= min_delay <= max_delay, window > 0", b)
+        r = self.rampup
+        if r.min_delay <= 0 or r.window <= 0 or r.max_concurrency < 1 or not (0 <= r.target[0] <= r.target[1]):
+            raise bad("rampup", "needs min_delay > 0, window > 0, max_concurrency >= 1, 0 <= target lo <= hi", r)
+        if self.quota < 0 or self.window <= 0:
+            raise bad("quota", "quota must be >= 0 and window > 0", (self.quota, self.window))
+        if self.gate_max <= 0 or self.robots_max_delay < 0:
+            raise bad("gate_max", "gate_max must be > 0 and robots_max_delay >= 0", (self.gate_max, self.robots_max_delay))
 
 
 @dataclass(frozen=True)
@@ -78,6 +142,10 @@ class FrontierConfig:
     lease_grace: float = 10.0  # extra time before a silent lease is presumed lost
     max_retries: int = 2  # re-fetches after a network error or 5xx
     max_inflight: int = 2000  # jobs in flight per partition (bounds worker lag)
+    robots_obey: bool = True  # fetch robots.txt before a host's first page and obey it
+    robots_ttl: float = 86400.0  # seconds a fetched robots.txt stays valid
+    robots_retry: float = 60.0  # after a 5xx/network error (everything disallowed), retry this much later
+    debug_throttle: bool = False  # log every delay change of every scope with its cause
     web_port: int = 0  # faust web server port; 0 disables it
 
     def validate(self) -> None:
@@ -128,11 +196,78 @@ def _section(data: Mapping[str, Any], cls: type[Any], where: str) -> Any:
     return cls(**data)
 
 
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where}: expected a number, got {value!r}")
+    return float(value)
+
+
+def _jitter(value: Any, where: str) -> tuple[float, float]:
+    if isinstance(value, list):
+        if len(value) != 2:
+            raise ConfigError(f"{where}: a jitter range is [lo, hi], got {value!r}")
+        return (_number(value[0], where), _number(value[1], where))
+    j = _number(value, where)
+    if not 0 <= j < 1:
+        raise ConfigError(f"{where}: must be in [0, 1), got {value!r}")
+    return (-j, j)
+
+
+def _nested(value: Any, cls: type[Any], base: Any, where: str) -> Any:
+    """A nested table (``backoff = {factor = 3}``) or a bool shorthand (``rampup = true``)."""
+    if isinstance(value, bool) and "enabled" in {f.name for f in fields(cls)}:
+        return replace(base, enabled=value)
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}: expected a table or true/false, got {value!r}")
+    data = dict(value)
+    if "codes" in data:
+        if not isinstance(data["codes"], list) or not all(isinstance(c, int) for c in data["codes"]):
+            raise ConfigError(f"{where}.codes: expected a list of HTTP status codes")
+        data["codes"] = tuple(data["codes"])
+    if "target" in data:
+        t = data["target"]
+        if isinstance(t, int) and not isinstance(t, bool):
+            data["target"] = (t, t)
+        elif isinstance(t, list) and len(t) == 2 and all(isinstance(x, int) for x in t):
+            data["target"] = (t[0], t[1])
+        else:
+            raise ConfigError(f"{where}.target: expected an integer or [lo, hi], got {t!r}")
+    checked = {k: v for k, v in data.items() if k not in ("codes", "target")}
+    _section(checked, cls, where)
+    if cls is RampupSettings and "enabled" not in data:
+        data["enabled"] = True  # a rampup table switches rampup on
+    return replace(base, **data)
+
+
 def _scope(data: Any, where: str, base: ScopeSettings) -> ScopeSettings:
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a table")
-    _section(data, ScopeSettings, where)  # unknown keys and types
-    s = replace(base, **data)
+    known = {f.name for f in fields(ScopeSettings)}
+    unknown = set(data) - known
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for key, value in data.items():
+        here = f"{where}.{key}"
+        if key == "jitter":
+            values[key] = _jitter(value, here)
+        elif key == "autothrottle":
+            values[key] = _nested(value, AutoThrottleSettings, base.autothrottle, here)
+        elif key == "backoff":
+            values[key] = _nested(value, BackoffSettings, base.backoff, here)
+        elif key == "rampup":
+            values[key] = _nested(value, RampupSettings, base.rampup, here)
+        elif key in ("ignore_robots_txt", "spread"):
+            if not isinstance(value, bool):
+                raise ConfigError(f"{here}: expected true or false, got {value!r}")
+            values[key] = value
+        elif key == "concurrency":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"{here}: must be an integer >= 1, got {value!r}")
+            values[key] = value
+        else:
+            values[key] = _number(value, here)
+    s = replace(base, **values)
     s.validate(where)
     return s
 

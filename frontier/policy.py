@@ -1,11 +1,21 @@
 """The throttling policy of one scope, as pure functions: ``(state, event, now) -> state``.
 
-No clock reads, no Kafka, no RocksDB: time comes in as ``now`` (epoch seconds) and every state
-is an immutable value. The frontier stores the state, feeds it events, and asks
-:func:`decide` when the scope may send next.
+No clock reads, no randomness, no Kafka, no RocksDB: time comes in as ``now`` (epoch seconds),
+the jitter draw comes in with the :class:`Sent` event, and every state is an immutable value.
+The frontier stores the state, feeds it events, and asks :func:`decide` when the scope may
+send next and, if not now, why.
 
-This is the fixed policy: a constant ``delay`` between request *sends* (as in Scrapy, the next
-slot is timed from the previous send) and at most ``concurrency`` requests in flight.
+The delay of a scope is the largest of:
+- its **base**: the configured ``delay`` (lowered by rampup), raised by robots.txt
+  ``Crawl-delay`` unless ``ignore_robots_txt``;
+- the **AutoThrottle** delay (Scrapy's rule, see :func:`autothrottle`), never below the base;
+- the **backoff** delay after 429/5xx/network errors, one step per incident, recovering by
+  bisection after quiet windows;
+- the quota **spread** (``window / quota``) when asked for.
+
+Separately from the delay, a scope may be **gated** (Retry-After / RateLimit: no request at
+all until a time that backoff recovery never shortens), **quota**-limited, **paused**, or full
+(``concurrency`` requests in flight).
 """
 
 from __future__ import annotations
@@ -15,62 +25,281 @@ from dataclasses import dataclass
 import msgspec
 
 from frontier.config import ScopeSettings
+from frontier.headers import gate_seconds, ratelimit
+
+NETWORK_ERRORS = frozenset({"timeout", "connect", "reset", "truncated"})
+_EPS = 1e-9
 
 
 class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What the policy remembers about one scope."""
 
     inflight: int = 0
-    last_sent: float = 0.0  # epoch seconds of the latest known request send (0: never)
+    last_sent: float = 0.0  # latest known request send (0: never)
+    jitter_u: float = 0.5  # uniform [0, 1) draw for the gap after last_sent
+    at_delay: float = -1.0  # AutoThrottle delay (< 0: not started yet)
+    backoff: float = 0.0  # backoff delay (0: no backoff)
+    backoff_step_at: float = 0.0  # when backoff last stepped up (incident boundary)
+    backoff_changed_at: float = 0.0  # last step up or recovery step (recovery windows count from here)
+    unsafe: float = 0.0  # the delay at which the last trigger happened (bisection's lower bound)
+    gate_until: float = 0.0  # hard gate from the server
+    gate_cause: str = ""
+    robots_delay: float = 0.0  # Crawl-delay / Request-rate, already capped
+    quota_start: float = 0.0
+    quota_used: float = 0.0
+    srv_remaining: int = -1  # RateLimit remaining > 0 told by the server (-1: none)
+    srv_until: float = 0.0
+    ru_delay: float = -1.0  # rampup's delay (< 0: the configured delay)
+    ru_concurrency: int = 0  # rampup's concurrency (0: the configured concurrency)
+    ru_window_start: float = 0.0
+    ru_triggers: int = 0
+    ru_sent: int = 0
+    paused: bool = False
+    cause: str = ""  # why the delay last changed
 
 
 class Sent(msgspec.Struct, frozen=True):
-    """The frontier dispatched a job at ``at`` (the earliest time the worker may send it)."""
+    """A job was dispatched at ``at``; ``u`` is a uniform [0, 1) draw for the jitter of the next gap."""
 
     at: float
+    u: float = 0.5
+    cost: float = 1.0
 
 
-class Done(msgspec.Struct, frozen=True):
+class Done(msgspec.Struct, frozen=True, kw_only=True):
     """A dispatched job came back. ``sent_at`` is when the worker really sent it (0: never sent)."""
 
     sent_at: float = 0.0
     status: int = 0
     latency: float = 0.0
+    error: str = ""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    adjust: bool = True  # False: this response must not move the AutoThrottle delay
+    outcome: str = "fetched"  # "expired": handed back unfetched
 
 
 class Lost(msgspec.Struct, frozen=True):
     """A lease expired with no feedback (worker died or lagged): the slot is freed."""
 
 
-Event = Sent | Done | Lost
+class Robots(msgspec.Struct, frozen=True):
+    """robots.txt was read: ``delay`` is its Crawl-delay / Request-rate interval (0: none)."""
+
+    delay: float
+
+
+class Pause(msgspec.Struct, frozen=True):
+    paused: bool
+
+
+Event = Sent | Done | Lost | Robots | Pause
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """When the scope may send next. ``at`` is None when only feedback can free it."""
+    """When the scope may send next. ``at`` is None when only feedback (or resume) can free it."""
 
     at: float | None
-    reason: str  # "ready" | "delay" | "concurrency"
+    reason: str  # ready | delay | backoff | gate | quota | ratelimit | concurrency | paused
 
 
-def apply(state: ScopeState, event: Event, now: float, settings: ScopeSettings) -> ScopeState:
+# -- the pieces ---------------------------------------------------------------------------------
+def autothrottle(old: float, latency: float, status: int, s: ScopeSettings, min_delay: float) -> float:
+    """Scrapy's AutoThrottle step (scrapy/extensions/throttle.py), commented line by line."""
+    # If a server needs `latency` seconds to respond, sending every latency/N seconds keeps
+    # N requests in flight on average.
+    target = latency / s.autothrottle.target_concurrency
+    # Move halfway from the old delay toward the target...
+    new = (old + target) / 2.0
+    # ...but if the target is above the old delay, go there at once: it works better with
+    # struggling sites.
+    new = max(target, new)
+    # Never below the scope's minimum (its configured delay), never above the maximum.
+    new = min(max(min_delay, new), s.autothrottle.max_delay)
+    # Error pages are usually fast: never let a non-200 make us faster.
+    if status != 200 and new <= old:
+        return old
+    return new
+
+
+def jitter_factor(u: float, s: ScopeSettings) -> float:
+    lo, hi = s.jitter
+    return 1.0 + lo + (hi - lo) * u
+
+
+def base_delay(state: ScopeState, s: ScopeSettings) -> float:
+    base = state.ru_delay if s.rampup.enabled and state.ru_delay >= 0 else s.delay
+    if state.robots_delay > base and not s.ignore_robots_txt:
+        base = state.robots_delay
+    return base
+
+
+def concurrency(state: ScopeState, s: ScopeSettings) -> int:
+    if state.robots_delay > 0 and not s.ignore_robots_txt:
+        return 1  # Crawl-delay means one request at a time (seed 002)
+    return state.ru_concurrency if s.rampup.enabled and state.ru_concurrency else s.concurrency
+
+
+def current_at_delay(state: ScopeState, s: ScopeSettings) -> float:
+    base = base_delay(state, s)
+    if state.at_delay < 0:
+        return max(base, s.autothrottle.start_delay)
+    return max(base, state.at_delay)
+
+
+def delay(state: ScopeState, s: ScopeSettings) -> float:
+    """The scope's current gap between two sends (before jitter)."""
+    d = current_at_delay(state, s) if s.autothrottle.enabled else base_delay(state, s)
+    if state.backoff > d:
+        d = state.backoff
+    if s.spread and s.quota > 0:
+        d = max(d, s.window / s.quota)
+    return d
+
+
+def _recover(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
+    """Backoff recovery: after each quiet window, step at most halfway back down."""
+    b = s.backoff
+    while state.backoff > 0 and now - state.backoff_changed_at >= b.window:
+        at = state.backoff_changed_at + b.window
+        base = delay(msgspec.structs.replace(state, backoff=0.0), s)
+        safe = state.backoff  # survived a whole window: known safe
+        unsafe = state.unsafe
+        if unsafe > base + _EPS and safe - unsafe > max(0.05, 0.1 * unsafe):
+            new, unsafe = (safe + unsafe) / 2, unsafe  # bisect between last unsafe and last safe
+        else:
+            new, unsafe = (safe + base) / 2, 0.0  # close to the limit: now head for the base
+        if new - base < 0.05:
+            new = 0.0
+        state = msgspec.structs.replace(
+            state, backoff=new, unsafe=unsafe, backoff_changed_at=at,
+            cause=f"backoff recovery {safe:.2f}->{max(new, base):.2f} after {b.window:.0f}s quiet",
+        )  # fmt: skip
+    return state
+
+
+def _rampup(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
+    r = s.rampup
+    if not r.enabled:
+        return state
+    if state.ru_window_start == 0:
+        return msgspec.structs.replace(state, ru_window_start=now)
+    if now - state.ru_window_start < r.window:
+        return state
+    lo, hi = r.target
+    d = state.ru_delay if state.ru_delay >= 0 else s.delay
+    c = state.ru_concurrency or s.concurrency
+    cause = state.cause
+    if state.ru_triggers < lo and state.backoff == 0 and state.ru_sent > 0:
+        if d > r.min_delay + _EPS:
+            cause = f"rampup: quiet window, delay {d:.2f}->{max(r.min_delay, d / 2):.2f}"
+            d = max(r.min_delay, d / 2)
+        elif c < r.max_concurrency:
+            cause = f"rampup: quiet window, concurrency {c}->{c + 1}"
+            c += 1
+    elif state.ru_triggers > hi:
+        if c > s.concurrency:
+            cause = f"rampup: {state.ru_triggers} backoff responses, concurrency {c}->{c - 1}"
+            c -= 1
+        else:
+            cause = f"rampup: {state.ru_triggers} backoff responses, delay {d:.2f}->{min(s.delay, d * 2):.2f}"
+            d = min(s.delay, d * 2)
+    # windows during which nothing was sent tell nothing: start the next window now
+    return msgspec.structs.replace(
+        state, ru_delay=d, ru_concurrency=c, ru_window_start=now, ru_triggers=0, ru_sent=0, cause=cause
+    )
+
+
+def advance(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
+    """Apply what the passing of time does: backoff recovery, rampup windows."""
+    return _rampup(_recover(state, now, s), now, s)
+
+
+# -- events -----------------------------------------------------------------------------------
+def apply(state: ScopeState, event: Event, now: float, s: ScopeSettings) -> ScopeState:
     """Return the scope's state after ``event`` at time ``now``."""
-    del now, settings  # the fixed policy needs neither; the adaptive one will
+    state = advance(state, now, s)
+    rep = msgspec.structs.replace
     if isinstance(event, Sent):
-        return msgspec.structs.replace(state, inflight=state.inflight + 1, last_sent=max(state.last_sent, event.at))
-    inflight = max(0, state.inflight - 1)
-    if isinstance(event, Done):
-        # A worker may have sent later than we dispatched (queueing in Kafka, waiting for its
-        # own per-host gap): time the next slot from the real send so lag never shortens a gap.
-        return msgspec.structs.replace(state, inflight=inflight, last_sent=max(state.last_sent, event.sent_at))
-    return msgspec.structs.replace(state, inflight=inflight)
+        used, start = state.quota_used, state.quota_start
+        if s.quota > 0:
+            if now >= start + s.window or start == 0:
+                used, start = 0.0, now
+            used += event.cost
+        srv = state.srv_remaining - 1 if state.srv_remaining > 0 and now < state.srv_until else state.srv_remaining
+        return rep(state, inflight=state.inflight + 1, last_sent=max(state.last_sent, event.at), jitter_u=event.u,
+                   quota_used=used, quota_start=start, srv_remaining=srv, ru_sent=state.ru_sent + 1)  # fmt: skip
+    if isinstance(event, Lost):
+        return rep(state, inflight=max(0, state.inflight - 1))
+    if isinstance(event, Robots):
+        d = min(max(0.0, event.delay), s.robots_max_delay)
+        return rep(state, robots_delay=d, cause=f"robots.txt delay {d:.2f}" if d else state.cause)
+    if isinstance(event, Pause):
+        return rep(state, paused=event.paused)
+    return _done(state, event, now, s)
 
 
-def decide(state: ScopeState, now: float, settings: ScopeSettings) -> Decision:
-    """May the scope send at ``now``? If not, when (or whether only feedback can tell)?"""
-    if state.inflight >= settings.concurrency:
+def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeState:
+    rep = msgspec.structs.replace
+    # A worker may have sent later than we dispatched (queueing in Kafka, waiting for its own
+    # per-host gap): time the next slot from the real send so lag never shortens a gap.
+    state = rep(state, inflight=max(0, state.inflight - 1), last_sent=max(state.last_sent, ev.sent_at))
+    if ev.outcome == "expired":
+        return state
+    # AutoThrottle: only real responses with a latency move it; exceptions never lower it.
+    if s.autothrottle.enabled and ev.adjust and ev.status and not ev.error and ev.latency > 0:
+        old = current_at_delay(state, s)
+        new = autothrottle(old, ev.latency, ev.status, s, base_delay(state, s))
+        if abs(new - old) > _EPS:
+            state = rep(state, at_delay=new, cause=f"autothrottle {old:.2f}->{new:.2f} (latency {ev.latency:.3f}s, {ev.status})")
+        else:
+            state = rep(state, at_delay=new)
+    trigger = ev.status in s.backoff.codes or ev.error in NETWORK_ERRORS
+    # Hard gates: Retry-After (trigger responses only) or RateLimit remaining=0.
+    gate = gate_seconds(ev.status, ev.headers, trigger, now)
+    if gate is not None:
+        seconds, why = gate
+        until = now + min(seconds, s.gate_max)
+        if until > state.gate_until:
+            state = rep(state, gate_until=until, gate_cause=f"{why}: {seconds:.0f}s")
+    rl = ratelimit(ev.headers)
+    if rl is not None and rl.remaining > 0 and rl.reset > 0:
+        # the server's own quota: do not exceed `remaining` more requests within `reset` seconds
+        state = rep(state, srv_remaining=max(0, rl.remaining - state.inflight), srv_until=now + rl.reset)
+        if s.quota > 0:
+            state = rep(state, quota_used=max(0.0, s.quota - rl.remaining))
+    if trigger:
+        state = rep(state, ru_triggers=state.ru_triggers + 1)
+        # One step per incident: a response to a request sent before the last step belongs to
+        # the incident that step already answered (eight in-flight 429s make one step, not eight).
+        sent = ev.sent_at or now
+        if state.backoff_step_at == 0 or sent >= state.backoff_step_at:
+            current = delay(state, s)
+            b = s.backoff
+            new = min(max(b.min_delay, current * b.factor), b.max_delay)
+            state = rep(state, backoff=new, backoff_step_at=now, backoff_changed_at=now, unsafe=current,
+                        cause=f"backoff on {ev.status or ev.error}: {current:.2f}->{new:.2f}")  # fmt: skip
+    return state
+
+
+# -- the question -------------------------------------------------------------------------------
+def decide(state: ScopeState, now: float, s: ScopeSettings, cost: float = 1.0) -> Decision:
+    """May the scope send a job of ``cost`` at ``now``? If not, when (or whether only feedback can tell)?"""
+    state = advance(state, now, s)
+    if state.paused:
+        return Decision(None, "paused")
+    if state.inflight >= concurrency(state, s):
         return Decision(None, "concurrency")
-    next_at = state.last_sent + settings.delay if state.last_sent else now
-    if next_at > now:
-        return Decision(next_at, "delay")
+    if state.gate_until > now:
+        return Decision(state.gate_until, "gate")
+    if s.quota > 0 and state.quota_start and now < state.quota_start + s.window:
+        if state.quota_used > 0 and state.quota_used + cost > s.quota + _EPS:
+            return Decision(state.quota_start + s.window, "quota")
+    if state.srv_remaining == 0 and now < state.srv_until:
+        return Decision(state.srv_until, "ratelimit")
+    if state.last_sent:
+        gap = delay(state, s) * jitter_factor(state.jitter_u, s)
+        nxt = state.last_sent + gap
+        if nxt > now:
+            return Decision(nxt, "backoff" if state.backoff >= delay(state, s) - _EPS and state.backoff else "delay")
     return Decision(now, "ready")
