@@ -13,6 +13,7 @@ import logging
 import sys
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -161,10 +162,29 @@ def cmd_pages(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from frontier.status import read_status, render
+
+    cfg = _config(args)
+    while True:
+        statuses = read_status(cfg.kafka.client_conf(), cfg.topics.status, None if args.all else 30.0)
+        if args.watch:
+            print("\x1b[2J\x1b[H", end="")
+        print(render(statuses, args.top), flush=True)
+        if not args.watch:
+            return 0 if statuses else 1
+        try:
+            time.sleep(args.interval)
+        except KeyboardInterrupt:
+            return 0
+
+
 def cmd_frontier(args: argparse.Namespace) -> int:
     from frontier.app import run_frontier
 
     cfg = _config(args)
+    if args.debug_throttle:
+        cfg = replace(cfg, frontier=replace(cfg.frontier, debug_throttle=True))
     run_frontier(cfg, loglevel=args.loglevel)
     return 0
 
@@ -213,8 +233,16 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--group", default="", help="consumer group (commits offsets); default: read everything")
     pg.set_defaults(func=cmd_pages)
 
+    st = sub.add_parser("status", help="totals and the busiest scopes, from every live frontier instance")
+    st.add_argument("--top", type=int, default=20)
+    st.add_argument("--watch", action="store_true", help="refresh until interrupted")
+    st.add_argument("--interval", type=float, default=2.0)
+    st.add_argument("--all", action="store_true", help="include snapshots of instances that went silent")
+    st.set_defaults(func=cmd_status)
+
     f = sub.add_parser("frontier", help="run a frontier instance")
     f.add_argument("--loglevel", default="info", choices=["debug", "info", "warn", "error"])
+    f.add_argument("--debug-throttle", action="store_true", help="log every scope delay change with its cause")
     f.set_defaults(func=cmd_frontier)
 
     w = sub.add_parser("worker", help="run a fetch worker")

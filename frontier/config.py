@@ -111,7 +111,9 @@ class ScopeSettings:
         if self.quota < 0 or self.window <= 0:
             raise bad("quota", "quota must be >= 0 and window > 0", (self.quota, self.window))
         if self.gate_max <= 0 or self.robots_max_delay < 0:
-            raise bad("gate_max", "gate_max must be > 0 and robots_max_delay >= 0", (self.gate_max, self.robots_max_delay))
+            raise bad(
+                "gate_max", "gate_max must be > 0 and robots_max_delay >= 0", (self.gate_max, self.robots_max_delay)
+            )
 
 
 @dataclass(frozen=True)
@@ -140,7 +142,7 @@ class FrontierConfig:
     job_ttl: float = 30.0  # a job not picked up within this many seconds is returned unfetched
     fetch_timeout: float = 20.0  # what a worker may spend on one fetch
     lease_grace: float = 10.0  # extra time before a silent lease is presumed lost
-    max_retries: int = 2  # re-fetches after a network error or 5xx
+    max_retries: int = 4  # re-fetches after a network error, 429 or 5xx
     max_inflight: int = 2000  # jobs in flight per partition (bounds worker lag)
     robots_obey: bool = True  # fetch robots.txt before a host's first page and obey it
     robots_ttl: float = 86400.0  # seconds a fetched robots.txt stays valid

@@ -158,4 +158,3 @@ def gate_seconds(status: int, headers: dict[str, str], trigger: bool, now: float
     if rl is not None and rl.remaining == 0 and rl.reset > 0:
         return rl.reset, f"RateLimit remaining=0 on {status}"
     return None
-

@@ -1,13 +1,22 @@
-"""One frontier partition: the seen set, per-host priority queues, leases and dispatch.
+"""One frontier partition: the seen set, per-scope-set priority queues, robots.txt, leases and
+dispatch.
 
 Everything lives in a :class:`~frontier.store.KV` (RocksDB in production); every write is also
 handed to ``changelog(key, value_or_None)`` so that another instance can rebuild the partition.
 Time is always passed in; nothing here reads the clock or talks to Kafka.
 
+Scopes: a job belongs to its host's scope, to its registrable domain's scope when that domain
+has settings of its own, and to any named scopes it was submitted with (``"api"``, qualified by
+the registrable domain, since scopes live in the domain's partition). Jobs with the same set of
+scopes share one queue, so a job waiting for a slow scope never holds up one that is not in it.
+A job is dispatched only when every one of its scopes allows it, and the send is recorded on
+all of them.
+
 Key layout (bytes):
 - ``S<fingerprint>``                   seen URL (canonical form), value: b"1"
-- ``Q<host>\\x00<prio><seq>``           queued URL (highest priority first, FIFO within), value: UrlItem
-- ``H<host>``                          the host's policy state, value: ScopeState
+- ``Q<queue>\\x00<prio><seq>``          queued URL (highest priority first, FIFO within), value: UrlItem
+- ``H<scope>``                         the scope's policy state, value: ScopeState
+- ``R<host>``                          the host's robots.txt answer, value: RobotsRecord
 - ``L<lease>``                         a job in flight, value: Lease
 
 Writes are ordered so that a crash between any two of them loses nothing: a URL is queued
@@ -19,41 +28,51 @@ twice (at least once), never a URL dropped.
 from __future__ import annotations
 
 import heapq
+import random
 import struct
 import uuid
+from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import msgspec
 
 from frontier import policy
-from frontier.config import FrontierConfig, ThrottleConfig
+from frontier.config import FrontierConfig, ScopeSettings, ThrottleConfig
+from frontier.robots import RobotsRecord, Rules, agent_token, robots_url
 from frontier.scheduler import Scheduler
 from frontier.store import KV
 from frontier.urls import url_fingerprint
 from topics.schemas import Feedback, Job, UrlItem
 
 Changelog = Callable[[bytes, bytes | None], None]
+# (scope, old delay, new delay, cause) — called whenever a scope's delay or gate changes
+ChangeHook = Callable[[str, float, float, str], None]
 
-_SEEN, _QUEUE, _HOST, _LEASE = b"S", b"Q", b"H", b"L"
+_SEEN, _QUEUE, _STATE, _ROBOTS, _LEASE = b"S", b"Q", b"H", b"R", b"L"
 _PRIO = struct.Struct(">IQ")
 _MAX_PRIO = 2**31 - 1
+SEP = "\x1f"  # between the scopes of a queue id
+ROBOTS_CACHE = 10_000
 
 
 class Lease(msgspec.Struct, kw_only=True):
-    qkey: bytes  # where the URL sat in its queue (re-queued there if the job comes back)
+    qkey: bytes  # where the URL sat in its queue (re-queued there if the job comes back); b"" for robots
     item: UrlItem
     deadline: float
+    scopes: list[str]
+    kind: str = "page"
 
 
-_item_enc = msgspec.json.Encoder()
+_enc = msgspec.json.Encoder()
 _item_dec = msgspec.json.Decoder(UrlItem)
 _lease_dec = msgspec.json.Decoder(Lease)
 _state_dec = msgspec.json.Decoder(policy.ScopeState)
+_robots_dec = msgspec.json.Decoder(RobotsRecord)
 
 
-def queue_prefix(host: str) -> bytes:
-    return _QUEUE + host.encode() + b"\x00"
+def queue_prefix(qid: str) -> bytes:
+    return _QUEUE + qid.encode() + b"\x00"
 
 
 @dataclass
@@ -66,6 +85,27 @@ class Stats:
     returned: int = 0  # jobs handed back unfetched (expired at the worker)
     lost: int = 0  # leases that expired with no feedback
     stale_feedback: int = 0
+    disallowed: int = 0
+    robots_fetched: int = 0
+
+
+@dataclass
+class Dispatch:
+    jobs: list[Job] = field(default_factory=list)
+    disallowed: list[UrlItem] = field(default_factory=list)  # to report on the output, never fetched
+
+
+@dataclass
+class ScopeRow:
+    scope: str
+    queued: int
+    inflight: int
+    delay: float
+    concurrency: int
+    gate_until: float
+    backoff: float
+    reason: str
+    wait_until: float | None
 
 
 @dataclass
@@ -75,32 +115,79 @@ class PartitionFrontier:
     settings: FrontierConfig
     throttle: ThrottleConfig
     changelog: Changelog
+    user_agent: str = "kafka-crawl-frontier"
+    on_change: ChangeHook | None = None
+    rng: random.Random = field(default_factory=random.Random)
     stats: Stats = field(default_factory=Stats)
 
     def __post_init__(self) -> None:
+        self._agent = agent_token(self.user_agent)
         self._scheduler = Scheduler()
         self._leases: list[tuple[float, str]] = []  # (deadline, lease id), lazily pruned
+        self._waiters: dict[str, set[str]] = defaultdict(set)  # scope or robots:<host> → blocked queues
+        self._queued: Counter[str] = Counter()  # queue id → URLs queued
+        self._why: dict[str, tuple[str, float | None]] = {}  # queue id → why it is not dispatching
+        self._robots_pending: set[str] = set()
+        self._rules: OrderedDict[str, Rules] = OrderedDict()
         self.inflight = 0
         self._seq = 0
 
-    # -- recovery -------------------------------------------------------------------------
+    # -- scopes -------------------------------------------------------------------------------
+    def scopes_of(self, item: UrlItem) -> list[str]:
+        scopes = [item.host]
+        if item.domain != item.host and item.domain in self.throttle.scopes:
+            scopes.append(item.domain)
+        scopes.extend(f"{item.domain}#{name}" for name in sorted(set(item.scopes)))
+        return scopes
+
+    def scope_settings(self, scope: str) -> ScopeSettings:
+        return self.throttle.for_scope(scope.rsplit("#", 1)[-1])
+
+    def _state(self, scope: str) -> policy.ScopeState:
+        raw = self.kv.get(_STATE + scope.encode())
+        return _state_dec.decode(raw) if raw is not None else policy.ScopeState()
+
+    def _apply(self, scope: str, event: policy.Event, now: float) -> None:
+        s = self.scope_settings(scope)
+        old = self._state(scope)
+        new = policy.apply(old, event, now, s)
+        self._put(_STATE + scope.encode(), _enc.encode(new))
+        if self.on_change is not None:
+            before, after = policy.delay(policy.advance(old, now, s), s), policy.delay(new, s)
+            if abs(before - after) > 1e-9 or new.gate_until != old.gate_until:
+                cause = new.cause
+                if new.gate_until > max(old.gate_until, now):
+                    cause = f"gate until +{new.gate_until - now:.0f}s ({new.gate_cause})"
+                self.on_change(scope, before, after, cause)
+
+    def _decide(self, scopes: list[str], now: float, cost: float) -> policy.Decision:
+        """All scopes must allow: the latest time wins; a scope that needs feedback blocks outright."""
+        latest = policy.Decision(now, "ready")
+        for scope in scopes:
+            d = policy.decide(self._state(scope), now, self.scope_settings(scope), cost)
+            if d.at is None:
+                self._waiters[scope].add(SEP.join(scopes))
+                return policy.Decision(None, f"{d.reason} ({scope})")
+            if d.at > now and (latest.at is None or d.at > latest.at):
+                latest = policy.Decision(d.at, f"{d.reason} ({scope})")
+        return latest
+
+    # -- recovery -------------------------------------------------------------------------------
     def rebuild(self, now: float) -> None:
-        """Rebuild the in-memory heap and lease index from the store (after open or restore)."""
-        self._scheduler = Scheduler()
-        self._leases = []
-        self.inflight = 0
+        """Rebuild the in-memory heap, counters and lease index from the store."""
+        self.__post_init__()
         for key, value in self.kv.scan(_LEASE):
             lease = _lease_dec.decode(value)
             heapq.heappush(self._leases, (lease.deadline, key[1:].decode()))
             self.inflight += 1
-        last_host = None
+            if lease.kind == "robots":
+                self._robots_pending.add(lease.item.host)
         for key, _ in self.kv.scan(_QUEUE):
-            host = key[1 : key.index(b"\x00")].decode()
-            if host != last_host:
-                self._reschedule(host, now)
-                last_host = host
+            self._queued[key[1 : key.index(b"\x00")].decode()] += 1
+        for qid in self._queued:
+            self._scheduler.schedule(qid, now)
 
-    # -- writes (store + changelog) -------------------------------------------------------
+    # -- writes (store + changelog) -------------------------------------------------------------
     def _put(self, key: bytes, value: bytes) -> None:
         self.kv.put(key, value)
         self.changelog(key, value)
@@ -109,89 +196,141 @@ class PartitionFrontier:
         self.kv.delete(key)
         self.changelog(key, None)
 
-    def _state(self, host: str) -> policy.ScopeState:
-        raw = self.kv.get(_HOST + host.encode())
-        return _state_dec.decode(raw) if raw is not None else policy.ScopeState()
-
-    def _set_state(self, host: str, state: policy.ScopeState) -> None:
-        self._put(_HOST + host.encode(), _item_enc.encode(state))
-
-    def _qkey(self, item: UrlItem, now: float) -> bytes:
+    def _qkey(self, qid: str, item: UrlItem, now: float) -> bytes:
         self._seq = (self._seq + 1) % 1_000_000
         prio = _MAX_PRIO - max(-_MAX_PRIO, min(_MAX_PRIO, item.priority))
         seq = int(now * 1_000_000) * 1_000_000 + self._seq
-        return queue_prefix(item.host) + _PRIO.pack(prio, seq % 2**64)
+        return queue_prefix(qid) + _PRIO.pack(prio, seq % 2**64)
 
-    def _reschedule(self, host: str, now: float) -> None:
-        decision = policy.decide(self._state(host), now, self.throttle.for_scope(host))
-        if decision.at is None:
-            self._scheduler.discard(host)  # only feedback or lease expiry can free it
-        else:
-            self._scheduler.schedule(host, decision.at)
+    def _enqueue(self, qkey: bytes, item: UrlItem, now: float) -> None:
+        qid = qkey[1 : qkey.index(b"\x00")].decode()
+        self._put(qkey, _enc.encode(item))
+        self._queued[qid] += 1
+        self._scheduler.schedule(qid, min(now, self._scheduler.scheduled_at(qid) or now))
 
-    # -- events ---------------------------------------------------------------------------
+    def _wake(self, key: str, now: float) -> None:
+        for qid in self._waiters.pop(key, ()):
+            self._scheduler.schedule(qid, now)
+
+    # -- robots.txt -------------------------------------------------------------------------------
+    def _robots(self, host: str, now: float) -> Rules | None:
+        """The host's current rules, or None when they must be (re)fetched first."""
+        rules = self._rules.get(host)
+        if rules is None:
+            raw = self.kv.get(_ROBOTS + host.encode())
+            if raw is None:
+                return None
+            rules = Rules(_robots_dec.decode(raw), self._agent)
+            self._rules[host] = rules
+            if len(self._rules) > ROBOTS_CACHE:
+                self._rules.popitem(last=False)
+        ttl = self.settings.robots_retry if rules.unavailable else self.settings.robots_ttl
+        return rules if now < rules.record.fetched_at + ttl else None
+
+    # -- events -------------------------------------------------------------------------------------
     def ingest(self, items: Iterable[UrlItem], now: float) -> int:
         """Queue every URL not seen before; return how many were new."""
         accepted = 0
-        touched: set[str] = set()
         for item in items:
             seen_key = _SEEN + url_fingerprint(item.url)
             if self.kv.get(seen_key) is not None:
                 self.stats.duplicates += 1
                 continue
-            self._put(self._qkey(item, now), _item_enc.encode(item))
+            qid = SEP.join(self.scopes_of(item))
+            self._enqueue(self._qkey(qid, item, now), item, now)
             self._put(seen_key, b"1")
-            touched.add(item.host)
             accepted += 1
-        for host in touched:
-            if host not in self._scheduler:
-                self._reschedule(host, now)
         self.stats.ingested += accepted
         return accepted
 
-    def dispatch(self, now: float, limit: int = 1000) -> list[Job]:
-        """Lease and return the jobs that may be sent at ``now``."""
-        jobs: list[Job] = []
-        while len(jobs) < limit and self.inflight < self.settings.max_inflight:
-            host = self._scheduler.pop_due(now)
-            if host is None:
+    def dispatch(self, now: float, limit: int = 1000) -> Dispatch:
+        """Lease the jobs that may be sent at ``now``; report URLs robots.txt disallows."""
+        out = Dispatch()
+        while len(out.jobs) < limit and self.inflight < self.settings.max_inflight:
+            qid = self._scheduler.pop_due(now)
+            if qid is None:
                 break
-            settings = self.throttle.for_scope(host)
-            state = self._state(host)
-            decision = policy.decide(state, now, settings)
-            if decision.at is None:
-                continue
-            if decision.at > now:
-                self._scheduler.schedule(host, decision.at)
-                continue
-            head = self.kv.first(queue_prefix(host))
+            head = self.kv.first(queue_prefix(qid))
             if head is None:
-                continue  # no work left: the host leaves the heap
+                self._queued.pop(qid, None)
+                self._why.pop(qid, None)
+                continue  # no work left: the queue leaves the heap
             qkey, raw = head
             item = _item_dec.decode(raw)
-            lease_id = uuid.uuid4().hex
-            expires_at = now + self.settings.job_ttl
-            deadline = expires_at + self.settings.fetch_timeout + self.settings.lease_grace
-            self._put(_LEASE + lease_id.encode(), _item_enc.encode(Lease(qkey=qkey, item=item, deadline=deadline)))
+            scopes = qid.split(SEP)
+            host = scopes[0]
+            rules: Rules | None = None
+            if self.settings.robots_obey:
+                rules = self._robots(host, now)
+                if rules is None:
+                    self._need_robots(qid, item, scopes, now, out)
+                    continue
+                if rules.unavailable:
+                    retry_at = rules.record.fetched_at + self.settings.robots_retry
+                    self._why[qid] = ("robots.txt unavailable: all disallowed until retry", retry_at)
+                    self._scheduler.schedule(qid, retry_at)
+                    continue
+                if not rules.allowed(item.url):
+                    self._delete(qkey)
+                    self._queued[qid] -= 1
+                    self.stats.disallowed += 1
+                    out.disallowed.append(item)
+                    self._scheduler.schedule(qid, now)
+                    continue
+            decision = self._decide(scopes, now, item.cost)
+            self._why[qid] = (decision.reason, decision.at)
+            if decision.at is None:
+                continue  # waits for feedback on a full scope (registered as a waiter)
+            if decision.at > now:
+                self._scheduler.schedule(qid, decision.at)
+                continue
+            out.jobs.append(self._lease(item, qkey, scopes, now))
+            self._queued[qid] -= 1
+            self._scheduler.schedule(qid, now)
+        return out
+
+    def _need_robots(self, qid: str, item: UrlItem, scopes: list[str], now: float, out: Dispatch) -> None:
+        host = scopes[0]
+        self._waiters[f"robots:{host}"].add(qid)
+        if host in self._robots_pending:
+            self._why[qid] = ("robots.txt pending", None)
+            return
+        decision = self._decide(scopes, now, 0.0)  # the robots.txt request goes through the same throttling
+        self._why[qid] = ("robots.txt pending", decision.at)
+        if decision.at is None:
+            return
+        if decision.at > now:
+            self._waiters[f"robots:{host}"].discard(qid)
+            self._scheduler.schedule(qid, decision.at)
+            return
+        robots_item = UrlItem(url=robots_url(item.url), host=host, domain=item.domain, meta={})
+        self._robots_pending.add(host)
+        out.jobs.append(self._lease(robots_item, b"", scopes, now, kind="robots"))
+
+    def _lease(self, item: UrlItem, qkey: bytes, scopes: list[str], now: float, kind: str = "page") -> Job:
+        lease_id = uuid.uuid4().hex
+        expires_at = now + self.settings.job_ttl
+        deadline = expires_at + self.settings.fetch_timeout + self.settings.lease_grace
+        lease = Lease(qkey=qkey, item=item, deadline=deadline, scopes=scopes, kind=kind)
+        self._put(_LEASE + lease_id.encode(), _enc.encode(lease))
+        if qkey:
             self._delete(qkey)
-            state = policy.apply(state, policy.Sent(now), now, settings)
-            self._set_state(host, state)
-            heapq.heappush(self._leases, (deadline, lease_id))
-            self.inflight += 1
-            self.stats.dispatched += 1
-            jobs.append(
-                Job(
-                    lease=lease_id,
-                    item=item,
-                    not_before=now,
-                    expires_at=expires_at,
-                    min_gap=settings.delay,
-                    timeout=self.settings.fetch_timeout,
-                    retries_left=max(0, self.settings.max_retries - item.attempts),
-                )
-            )
-            self._reschedule(host, now)
-        return jobs
+        u = self.rng.random()
+        for scope in scopes:
+            self._apply(scope, policy.Sent(now, u=u, cost=item.cost if kind == "page" else 0.0), now)
+        heapq.heappush(self._leases, (deadline, lease_id))
+        self.inflight += 1
+        self.stats.dispatched += 1
+        return Job(
+            lease=lease_id,
+            kind=kind,
+            item=item,
+            not_before=now,
+            expires_at=expires_at,
+            min_gap=policy.delay(self._state(scopes[0]), self.scope_settings(scopes[0])),
+            timeout=self.settings.fetch_timeout,
+            retries_left=max(0, self.settings.max_retries - item.attempts) if kind == "page" else 0,
+        )
 
     def feedback(self, fb: Feedback, now: float) -> bool:
         """Apply one worker result; return False for stale feedback (lease already closed)."""
@@ -201,23 +340,46 @@ class PartitionFrontier:
             self.stats.stale_feedback += 1
             return False
         lease = _lease_dec.decode(raw)
-        host = lease.item.host
-        if fb.outcome == "expired":
-            self._put(lease.qkey, _item_enc.encode(lease.item))  # back to where it was
+        item = lease.item
+        if lease.kind == "robots":
+            if fb.outcome != "expired":
+                self._store_robots(item.host, fb, now)
+        elif fb.outcome == "expired":
+            self._enqueue(lease.qkey, item, now)  # back to where it was
             self.stats.returned += 1
         elif fb.outcome == "retry":
-            retry = msgspec.structs.replace(lease.item, attempts=lease.item.attempts + 1)
-            self._put(self._qkey(retry, now), _item_enc.encode(retry))
+            retry = msgspec.structs.replace(item, attempts=item.attempts + 1)
+            self._enqueue(self._qkey(SEP.join(lease.scopes), retry, now), retry, now)
             self.stats.retried += 1
         else:
             self.stats.completed += 1
-        settings = self.throttle.for_scope(host)
-        event = policy.Done(sent_at=fb.sent_at, status=fb.status, latency=fb.latency)
-        self._set_state(host, policy.apply(self._state(host), event, now, settings))
+        event = policy.Done(sent_at=fb.sent_at, status=fb.status, latency=fb.latency, error=fb.error,
+                            headers=fb.headers, adjust=item.adjust, outcome=fb.outcome)  # fmt: skip
+        for scope in lease.scopes:
+            self._apply(scope, event, now)
         self._delete(lease_key)
-        self.inflight -= 1
-        self._reschedule(host, now)
+        self._closed(lease, now)
         return True
+
+    def _store_robots(self, host: str, fb: Feedback, now: float) -> None:
+        status = 0 if fb.error else fb.status
+        record = RobotsRecord(status=status, body=fb.body, fetched_at=now)
+        self._put(_ROBOTS + host.encode(), _enc.encode(record))
+        rules = Rules(record, self._agent)
+        self._rules[host] = rules
+        self._rules.move_to_end(host)
+        self.stats.robots_fetched += 1
+        if not rules.unavailable:
+            self._apply(host, policy.Robots(rules.delay()), now)
+
+    def _closed(self, lease: Lease, now: float) -> None:
+        self.inflight -= 1
+        if lease.kind == "robots":
+            self._robots_pending.discard(lease.item.host)
+            self._wake(f"robots:{lease.item.host}", now)
+        for scope in lease.scopes:
+            self._wake(scope, now)
+        self._scheduler.schedule(SEP.join(lease.scopes), now)
 
     def expire_leases(self, now: float) -> int:
         """Re-queue URLs whose lease deadline passed without feedback (at least once)."""
@@ -229,15 +391,14 @@ class PartitionFrontier:
             if raw is None:
                 continue  # feedback already closed it
             lease = _lease_dec.decode(raw)
-            host = lease.item.host
-            self._put(lease.qkey, _item_enc.encode(lease.item))
-            settings = self.throttle.for_scope(host)
-            self._set_state(host, policy.apply(self._state(host), policy.Lost(), now, settings))
+            if lease.kind == "page":
+                self._enqueue(lease.qkey, lease.item, now)
+            for scope in lease.scopes:
+                self._apply(scope, policy.Lost(), now)
             self._delete(lease_key)
-            self.inflight -= 1
+            self._closed(lease, now)
             self.stats.lost += 1
             expired += 1
-            self._reschedule(host, now)
         return expired
 
     def next_wakeup(self) -> float | None:
@@ -247,3 +408,26 @@ class PartitionFrontier:
 
     def queued_hosts(self) -> int:
         return len(self._scheduler)
+
+    def queued(self) -> int:
+        return sum(self._queued.values())
+
+    # -- visibility -----------------------------------------------------------------------------
+    def scope_rows(self, now: float, top: int = 20) -> list[ScopeRow]:
+        """Per scope, busiest first: queued, in flight, delay, gate, and why it is not dispatching."""
+        queued: Counter[str] = Counter()
+        why: dict[str, tuple[str, float | None]] = {}
+        for qid, n in self._queued.items():
+            for scope in qid.split(SEP):
+                queued[scope] += n
+                if n > 0 and qid in self._why:
+                    why.setdefault(scope, self._why[qid])
+        rows = []
+        for scope, n in queued.most_common(top):
+            s = self.scope_settings(scope)
+            st = policy.advance(self._state(scope), now, s)
+            reason, at = why.get(scope, ("ready", None))
+            rows.append(ScopeRow(scope=scope, queued=n, inflight=st.inflight, delay=policy.delay(st, s),
+                                 concurrency=policy.concurrency(st, s), gate_until=st.gate_until, backoff=st.backoff,
+                                 reason=reason, wait_until=at))  # fmt: skip
+        return rows

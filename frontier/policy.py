@@ -35,23 +35,23 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """What the policy remembers about one scope."""
 
     inflight: int = 0
-    last_sent: float = 0.0  # latest known request send (0: never)
+    last_sent: float = -1.0  # latest known request send (< 0: never)
     jitter_u: float = 0.5  # uniform [0, 1) draw for the gap after last_sent
     at_delay: float = -1.0  # AutoThrottle delay (< 0: not started yet)
     backoff: float = 0.0  # backoff delay (0: no backoff)
-    backoff_step_at: float = 0.0  # when backoff last stepped up (incident boundary)
+    backoff_step_at: float = -1.0  # when backoff last stepped up (incident boundary; < 0: never)
     backoff_changed_at: float = 0.0  # last step up or recovery step (recovery windows count from here)
     unsafe: float = 0.0  # the delay at which the last trigger happened (bisection's lower bound)
     gate_until: float = 0.0  # hard gate from the server
     gate_cause: str = ""
     robots_delay: float = 0.0  # Crawl-delay / Request-rate, already capped
-    quota_start: float = 0.0
+    quota_start: float = -1.0  # start of the current quota window (< 0: none yet)
     quota_used: float = 0.0
     srv_remaining: int = -1  # RateLimit remaining > 0 told by the server (-1: none)
     srv_until: float = 0.0
     ru_delay: float = -1.0  # rampup's delay (< 0: the configured delay)
     ru_concurrency: int = 0  # rampup's concurrency (0: the configured concurrency)
-    ru_window_start: float = 0.0
+    ru_window_start: float = -1.0
     ru_triggers: int = 0
     ru_sent: int = 0
     paused: bool = False
@@ -182,7 +182,7 @@ def _rampup(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
     r = s.rampup
     if not r.enabled:
         return state
-    if state.ru_window_start == 0:
+    if state.ru_window_start < 0:
         return msgspec.structs.replace(state, ru_window_start=now)
     if now - state.ru_window_start < r.window:
         return state
@@ -223,7 +223,7 @@ def apply(state: ScopeState, event: Event, now: float, s: ScopeSettings) -> Scop
     if isinstance(event, Sent):
         used, start = state.quota_used, state.quota_start
         if s.quota > 0:
-            if now >= start + s.window or start == 0:
+            if start < 0 or now >= start + s.window:
                 used, start = 0.0, now
             used += event.cost
         srv = state.srv_remaining - 1 if state.srv_remaining > 0 and now < state.srv_until else state.srv_remaining
@@ -243,7 +243,8 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
     rep = msgspec.structs.replace
     # A worker may have sent later than we dispatched (queueing in Kafka, waiting for its own
     # per-host gap): time the next slot from the real send so lag never shortens a gap.
-    state = rep(state, inflight=max(0, state.inflight - 1), last_sent=max(state.last_sent, ev.sent_at))
+    last = max(state.last_sent, ev.sent_at) if ev.sent_at > 0 else state.last_sent  # 0: never sent
+    state = rep(state, inflight=max(0, state.inflight - 1), last_sent=last)
     if ev.outcome == "expired":
         return state
     # AutoThrottle: only real responses with a latency move it; exceptions never lower it.
@@ -251,7 +252,9 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
         old = current_at_delay(state, s)
         new = autothrottle(old, ev.latency, ev.status, s, base_delay(state, s))
         if abs(new - old) > _EPS:
-            state = rep(state, at_delay=new, cause=f"autothrottle {old:.2f}->{new:.2f} (latency {ev.latency:.3f}s, {ev.status})")
+            state = rep(
+                state, at_delay=new, cause=f"autothrottle {old:.2f}->{new:.2f} (latency {ev.latency:.3f}s, {ev.status})"
+            )
         else:
             state = rep(state, at_delay=new)
     trigger = ev.status in s.backoff.codes or ev.error in NETWORK_ERRORS
@@ -273,7 +276,7 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
         # One step per incident: a response to a request sent before the last step belongs to
         # the incident that step already answered (eight in-flight 429s make one step, not eight).
         sent = ev.sent_at or now
-        if state.backoff_step_at == 0 or sent >= state.backoff_step_at:
+        if sent >= state.backoff_step_at:
             current = delay(state, s)
             b = s.backoff
             new = min(max(b.min_delay, current * b.factor), b.max_delay)
@@ -292,12 +295,12 @@ def decide(state: ScopeState, now: float, s: ScopeSettings, cost: float = 1.0) -
         return Decision(None, "concurrency")
     if state.gate_until > now:
         return Decision(state.gate_until, "gate")
-    if s.quota > 0 and state.quota_start and now < state.quota_start + s.window:
+    if s.quota > 0 and state.quota_start >= 0 and now < state.quota_start + s.window:
         if state.quota_used > 0 and state.quota_used + cost > s.quota + _EPS:
             return Decision(state.quota_start + s.window, "quota")
     if state.srv_remaining == 0 and now < state.srv_until:
         return Decision(state.srv_until, "ratelimit")
-    if state.last_sent:
+    if state.last_sent >= 0:
         gap = delay(state, s) * jitter_factor(state.jitter_u, s)
         nxt = state.last_sent + gap
         if nxt > now:

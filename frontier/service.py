@@ -11,7 +11,10 @@ they caused are in the changelog: a takeover never skips a change it cannot rest
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
+import os
+import socket
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
@@ -25,9 +28,11 @@ from frontier.kafka_io import AsyncProducer, producer_conf
 from frontier.partition import PartitionFrontier
 from frontier.state import changelog_end, close_partition, db_path, open_partition
 from frontier.store import RocksKV
-from topics.schemas import FeedbackBatch, Rejected, UrlBatch, encode
+from topics.schemas import FeedbackBatch, Page, Rejected, ScopeStatus, Status, UrlBatch, encode
 
+STATUS_INTERVAL = 2.0  # seconds between status snapshots on crawl.frontier.status
 log = logging.getLogger("frontier")
+throttle_log = logging.getLogger("frontier.throttle")
 
 
 class Ackable(Protocol):
@@ -56,6 +61,7 @@ class FrontierService:
         self._producer: AsyncProducer | None = None
         self._errors: list[str] = []
         self.running = False
+        self.instance = f"{socket.gethostname()}-{os.getpid()}"
 
     @property
     def producer(self) -> AsyncProducer:
@@ -77,9 +83,9 @@ class FrontierService:
         except Exception:
             log.exception("restoring partition %d failed", p)
             raise
-        owned = _Owned(
-            frontier=PartitionFrontier(p, kv, self.cfg.frontier, self.cfg.throttle, self._changelog(p)), kv=kv
-        )
+        frontier = PartitionFrontier(p, kv, self.cfg.frontier, self.cfg.throttle, self._changelog(p),
+                                     user_agent=self.cfg.worker.user_agent, on_change=self._delay_changed)  # fmt: skip
+        owned = _Owned(frontier=frontier, kv=kv)
         self._owned[p] = owned
         owned.frontier.rebuild(self.clock())
         self._restoring.pop(p, None)
@@ -108,8 +114,13 @@ class FrontierService:
     async def close(self) -> None:
         self.running = False
         await self.on_revoked(set(self._owned))
+        self.producer.send_nowait(self.topics.status, None, key=self.instance.encode())  # gone: tombstone
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close)
+
+    def _delay_changed(self, scope: str, old: float, new: float, cause: str) -> None:
+        level = logging.INFO if self.cfg.frontier.debug_throttle else logging.DEBUG
+        throttle_log.log(level, "scope %s delay %.3f -> %.3f: %s", scope, old, new, cause)
 
     def _changelog(self, p: int) -> Callable[[bytes, bytes | None], None]:
         topic = self.topics.state
@@ -167,8 +178,13 @@ class FrontierService:
         for owned in list(self._owned.values()):
             f = owned.frontier
             f.expire_leases(now)
-            for job in f.dispatch(now):
+            result = f.dispatch(now)
+            for job in result.jobs:
                 self.producer.send_nowait(self.topics.jobs, encode(job), key=job.item.host.encode())
+            for item in result.disallowed:
+                page = Page(url=item.url, outcome="disallowed", error="disallowed by robots.txt", meta=item.meta,
+                            fetched_at=now)  # fmt: skip
+                self.producer.send_nowait(self.topics.pages, encode(page), key=item.url.encode())
             self._ack_delivered(owned)
             nxt = f.next_wakeup()
             if nxt is not None and (wake is None or nxt < wake):
@@ -179,7 +195,7 @@ class FrontierService:
 
     async def dispatch_loop(self) -> None:
         self.running = True
-        last_report = time.monotonic()
+        last_report = last_status = time.monotonic()
         while self.running:
             timeout = self.dispatch_once()
             if timeout > 0:
@@ -192,12 +208,27 @@ class FrontierService:
                     pass
             else:
                 await asyncio.sleep(0)
+            if time.monotonic() - last_status > STATUS_INTERVAL:
+                last_status = time.monotonic()
+                self.publish_status(self.clock())
             if time.monotonic() - last_report > 10:
                 last_report = time.monotonic()
                 log.info("stats %s", self.stats())
 
     def _pending(self) -> bool:
         return any(o.pending_acks for o in self._owned.values())
+
+    def status(self, now: float, top: int = 20) -> Status:
+        """This instance's view: totals and the busiest scopes of every owned partition."""
+        rows = [row for owned in self._owned.values() for row in owned.frontier.scope_rows(now, top)]
+        rows.sort(key=lambda r: (-r.queued, r.scope))
+        totals = self.stats()
+        totals["queued"] = sum(o.frontier.queued() for o in self._owned.values())
+        return Status(instance=self.instance, at=now, partitions=sorted(self._owned), totals=totals,
+                      scopes=[ScopeStatus(**dataclasses.asdict(r)) for r in rows[:top]])  # fmt: skip
+
+    def publish_status(self, now: float) -> None:
+        self.producer.send_nowait(self.topics.status, encode(self.status(now)), key=self.instance.encode())
 
     def stats(self) -> dict[str, Any]:
         totals: dict[str, int] = defaultdict(int)

@@ -97,8 +97,10 @@ def url_fingerprint(canonical_url: str) -> bytes:
 def item_from_submission(sub: Submission) -> UrlItem:
     canonical, host = canonicalize(sub.url)
     for scope in sub.scopes:
-        if not scope or len(scope) > 200:
-            raise Rejection("invalid scope name")
+        if not scope or len(scope) > 200 or any(c in scope for c in "#\x00\x1f"):
+            raise Rejection(f"invalid scope name {scope[:50]!r}")
+    if not (sub.cost >= 0 and sub.cost < 1e12):
+        raise Rejection("invalid cost")
     return UrlItem(
         url=canonical,
         host=host,
@@ -108,6 +110,8 @@ def item_from_submission(sub: Submission) -> UrlItem:
         follow=max(0, sub.follow),
         scopes=sub.scopes,
         redirects=max(0, sub.redirects),
+        cost=sub.cost,
+        adjust=sub.autothrottle,
     )
 
 

@@ -5,17 +5,18 @@ from pathlib import Path
 
 import pytest
 
-from frontier.config import FrontierConfig, ScopeSettings, ThrottleConfig
+from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.partition import PartitionFrontier
 from frontier.store import KV, MemoryKV, RocksKV
 from frontier.urls import parse_input
 from topics.schemas import Feedback, Job, UrlItem
 
+FIXED = AutoThrottleSettings(enabled=False)  # these tests pin the fixed delay/concurrency behaviour
 THROTTLE = ThrottleConfig(
-    default=ScopeSettings(delay=1.0, concurrency=1),
-    scopes={"fast.test": ScopeSettings(delay=0.0, concurrency=2)},
+    default=ScopeSettings(delay=1.0, concurrency=1, autothrottle=FIXED),
+    scopes={"fast.test": ScopeSettings(delay=0.0, concurrency=2, autothrottle=FIXED)},
 )
-SETTINGS = FrontierConfig(job_ttl=30.0, fetch_timeout=20.0, lease_grace=10.0, max_retries=1)
+SETTINGS = FrontierConfig(job_ttl=30.0, fetch_timeout=20.0, lease_grace=10.0, max_retries=1, robots_obey=False)
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -58,12 +59,12 @@ def test_dedup_across_batches_and_canonical_forms(kv: KV) -> None:
 def test_one_host_respects_delay_and_concurrency(kv: KV) -> None:
     f = make(kv)
     f.ingest(items("http://a.test/1", "http://a.test/2", "http://a.test/3"), 0.0)
-    first = f.dispatch(0.0)
+    first = f.dispatch(0.0).jobs
     assert [j.item.url for j in first] == ["http://a.test/1"]
-    assert f.dispatch(5.0) == []  # concurrency 1: nothing until feedback
+    assert f.dispatch(5.0).jobs == []  # concurrency 1: nothing until feedback
     f.feedback(fb(first[0], sent_at=0.1), 0.5)
-    assert f.dispatch(1.0) == []  # 1.0 s after the send at 0.1 is 1.1
-    second = f.dispatch(1.1)
+    assert f.dispatch(1.0).jobs == []  # 1.0 s after the send at 0.1 is 1.1
+    second = f.dispatch(1.1).jobs
     assert [j.item.url for j in second] == ["http://a.test/2"]
     assert second[0].min_gap == 1.0 and second[0].not_before == 1.1 and second[0].expires_at == 31.1
 
@@ -71,7 +72,7 @@ def test_one_host_respects_delay_and_concurrency(kv: KV) -> None:
 def test_hosts_are_independent_and_priority_orders_a_queue(kv: KV) -> None:
     f = make(kv)
     f.ingest(items("http://a.test/low", '{"url": "http://a.test/high", "priority": 9}', "http://b.test/x"), 0.0)
-    jobs = f.dispatch(0.0)
+    jobs = f.dispatch(0.0).jobs
     assert sorted(j.item.url for j in jobs) == ["http://a.test/high", "http://b.test/x"]
 
 
@@ -83,7 +84,7 @@ def test_fifo_within_priority(kv: KV) -> None:
     got = []
     now = 1.0
     while len(got) < 5:
-        for job in f.dispatch(now):
+        for job in f.dispatch(now).jobs:
             got.append(job.item.url)
             f.feedback(fb(job, sent_at=now), now)
         now += 0.01
@@ -93,28 +94,29 @@ def test_fifo_within_priority(kv: KV) -> None:
 def test_retry_requeues_with_attempt_and_stops_when_exhausted(kv: KV) -> None:
     f = make(kv)
     f.ingest(items("http://fast.test/x"), 0.0)
-    job = f.dispatch(0.0)[0]
+    job = f.dispatch(0.0).jobs[0]
     assert job.retries_left == 1
     f.feedback(fb(job, outcome="retry", status=503, sent_at=0.0), 0.1)
-    job2 = f.dispatch(0.2)[0]
+    assert f.dispatch(0.2).jobs == []  # the 503 started a backoff of 1 s
+    job2 = f.dispatch(1.0).jobs[0]
     assert job2.item.url == "http://fast.test/x" and job2.item.attempts == 1 and job2.retries_left == 0
-    f.feedback(fb(job2, outcome="fetched", status=503, sent_at=0.2), 0.3)
-    assert f.dispatch(10.0) == [] and f.stats.retried == 1 and f.stats.completed == 1
+    f.feedback(fb(job2, outcome="fetched", status=503, sent_at=1.0), 1.1)
+    assert f.dispatch(10.0).jobs == [] and f.stats.retried == 1 and f.stats.completed == 1
 
 
 def test_expired_job_goes_back_to_the_front(kv: KV) -> None:
     f = make(kv)
     f.ingest(items("http://a.test/1", "http://a.test/2"), 0.0)
-    job = f.dispatch(0.0)[0]
+    job = f.dispatch(0.0).jobs[0]
     f.feedback(fb(job, outcome="expired"), 31.0)
-    again = f.dispatch(31.0)
+    again = f.dispatch(31.0).jobs
     assert [j.item.url for j in again] == ["http://a.test/1"] and again[0].lease != job.lease
 
 
 def test_stale_and_duplicate_feedback_is_ignored(kv: KV) -> None:
     f = make(kv)
     f.ingest(items("http://a.test/1"), 0.0)
-    job = f.dispatch(0.0)[0]
+    job = f.dispatch(0.0).jobs[0]
     assert f.feedback(fb(job, sent_at=0.0), 0.5) is True
     assert f.feedback(fb(job, sent_at=0.0), 0.6) is False
     assert f.inflight == 0 and f.stats.stale_feedback == 1
@@ -123,32 +125,32 @@ def test_stale_and_duplicate_feedback_is_ignored(kv: KV) -> None:
 def test_lost_lease_requeues_after_deadline(kv: KV) -> None:
     f = make(kv)
     f.ingest(items("http://a.test/1"), 0.0)
-    job = f.dispatch(0.0)[0]
+    job = f.dispatch(0.0).jobs[0]
     assert f.expire_leases(59.9) == 0  # deadline = 0 + ttl 30 + timeout 20 + grace 10 = 60
     assert f.expire_leases(60.0) == 1
-    again = f.dispatch(60.0)
+    again = f.dispatch(60.0).jobs
     assert [j.item.url for j in again] == ["http://a.test/1"] and f.stats.lost == 1
     assert f.feedback(fb(job, sent_at=1.0), 61.0) is False  # the old lease is gone
 
 
 def test_max_inflight_bounds_dispatch(kv: KV) -> None:
-    f = PartitionFrontier(0, kv, FrontierConfig(max_inflight=2), THROTTLE, Log())
+    f = PartitionFrontier(0, kv, FrontierConfig(max_inflight=2, robots_obey=False), THROTTLE, Log())
     f.ingest(items("http://a.test/", "http://b.test/", "http://c.test/"), 0.0)
-    assert len(f.dispatch(0.0)) == 2
+    assert len(f.dispatch(0.0).jobs) == 2
 
 
 def test_rebuild_from_store_restores_queues_and_leases(kv: KV) -> None:
     f = make(kv)
     f.ingest(items("http://a.test/1", "http://a.test/2", "http://b.test/1"), 0.0)
-    leased = f.dispatch(0.0)
+    leased = f.dispatch(0.0).jobs
     assert len(leased) == 2
     g = make(kv)  # a new instance on the same store (e.g. after restart)
     g.rebuild(0.5)
     assert g.inflight == 2
-    assert g.dispatch(0.5) == []  # both hosts are busy: politeness survives the restart
+    assert g.dispatch(0.5).jobs == []  # both hosts are busy: politeness survives the restart
     for job in leased:
         assert g.feedback(fb(job, sent_at=0.0), 0.6)
-    assert [j.item.url for j in g.dispatch(1.0)] == ["http://a.test/2"]
+    assert [j.item.url for j in g.dispatch(1.0).jobs] == ["http://a.test/2"]
     assert g.ingest(items("http://a.test/1"), 2.0) == 0  # seen-set restored
 
 
@@ -156,9 +158,9 @@ def test_changelog_replay_rebuilds_an_identical_partition(kv: KV) -> None:
     log = Log()
     f = make(kv, log)
     f.ingest(items(*(f"http://h{i % 3}.test/{i}" for i in range(9))), 0.0)
-    for job in f.dispatch(0.0):
+    for job in f.dispatch(0.0).jobs:
         f.feedback(fb(job, sent_at=0.0), 0.2)
-    f.dispatch(1.0)
+    assert f.dispatch(1.0).jobs
     replica = MemoryKV()
     for key, value in log.records:
         if value is None:
@@ -173,7 +175,7 @@ def test_crash_between_writes_never_loses_a_url(kv: KV) -> None:
     log = Log()
     f = make(kv, log)
     f.ingest(items("http://a.test/1", "http://a.test/2"), 0.0)
-    job = f.dispatch(0.0)[0]
+    job = f.dispatch(0.0).jobs[0]
     f.feedback(fb(job, outcome="retry", status=503, sent_at=0.0), 0.5)
     for cut in range(len(log.records) + 1):
         replica = MemoryKV()

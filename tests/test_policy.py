@@ -1,11 +1,13 @@
-"""The fixed policy with injected time: delay between sends, concurrency cap, real send times."""
+"""The policy's fixed part with injected time (AutoThrottle off): delay between sends,
+concurrency cap, real send times. The adaptive rules are in test_throttling_cases.py."""
 
 import pytest
 
-from frontier.config import ScopeSettings
+from frontier.config import AutoThrottleSettings, ScopeSettings
 from frontier.policy import Done, Lost, ScopeState, Sent, apply, decide
 
-S = ScopeSettings(delay=1.0, concurrency=1)
+FIXED = AutoThrottleSettings(enabled=False)
+S = ScopeSettings(delay=1.0, concurrency=1, autothrottle=FIXED)
 
 
 def test_first_request_is_ready_at_once() -> None:
@@ -23,7 +25,7 @@ def test_concurrency_blocks_until_feedback() -> None:
 
 
 def test_delay_applies_between_sends_even_with_free_slots() -> None:
-    wide = ScopeSettings(delay=0.5, concurrency=3)
+    wide = ScopeSettings(delay=0.5, concurrency=3, autothrottle=FIXED)
     s = apply(ScopeState(), Sent(10.0), 10.0, wide)
     assert decide(s, 10.2, wide).at == pytest.approx(10.5)
     s = apply(s, Sent(10.5), 10.5, wide)

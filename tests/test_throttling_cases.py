@@ -12,7 +12,18 @@ import pytest
 from frontier.config import AutoThrottleSettings, BackoffSettings, RampupSettings, ScopeSettings
 from frontier.headers import retry_after
 from frontier.policy import (
-    Done, Robots, ScopeState, Sent, advance, apply, autothrottle, concurrency, current_at_delay, decide, delay, jitter_factor,
+    Done,
+    Robots,
+    ScopeState,
+    Sent,
+    advance,
+    apply,
+    autothrottle,
+    concurrency,
+    current_at_delay,
+    decide,
+    delay,
+    jitter_factor,
 )  # fmt: skip
 from frontier.robots import RobotsRecord, Rules
 
@@ -245,7 +256,9 @@ def test_ignore_robots_txt_keeps_the_configured_delay() -> None:
 
 
 # -- Quotas (cases 19-20): quota 100, window 60 --------------------------------------------------
-Q = ScopeSettings(delay=0.0, concurrency=100, quota=100.0, window=60.0, autothrottle=AutoThrottleSettings(enabled=False))
+Q = ScopeSettings(
+    delay=0.0, concurrency=100, quota=100.0, window=60.0, autothrottle=AutoThrottleSettings(enabled=False)
+)
 
 
 def test_case_19_quota_window() -> None:

@@ -21,6 +21,7 @@ class TopicSpec:
     doc: str
     compacted: bool = False
     internal: bool = False
+    partitions: int | None = None  # None: the crawl's partition count
 
 
 URLS = TopicSpec("crawl.urls", "none (any)", "user input: URL strings or JSON submissions")
@@ -34,8 +35,12 @@ REJECTED = TopicSpec("crawl.rejected", "none", "input that could not be accepted
 STATE = TopicSpec(
     "crawl.frontier.state", "state key", "changelog of the frontier's RocksDB state", compacted=True, internal=True
 )
+STATUS = TopicSpec(
+    "crawl.frontier.status", "frontier instance id", "latest status snapshot of each frontier instance",
+    compacted=True, internal=True, partitions=1,
+)  # fmt: skip
 
-ALL: tuple[TopicSpec, ...] = (URLS, BYDOMAIN, JOBS, FEEDBACK, PAGES, REJECTED, STATE)
+ALL: tuple[TopicSpec, ...] = (URLS, BYDOMAIN, JOBS, FEEDBACK, PAGES, REJECTED, STATE, STATUS)
 # Topics whose partition numbers must agree: a domain's URLs, feedback and state live in one partition.
 COPARTITIONED: tuple[TopicSpec, ...] = (BYDOMAIN, FEEDBACK, STATE)
 
@@ -79,6 +84,10 @@ class Topics:
     def state(self) -> str:
         return self.name(STATE)
 
+    @property
+    def status(self) -> str:
+        return self.name(STATUS)
+
 
 def create_all(admin_conf: dict[str, str], topics: Topics, timeout: float = 30.0) -> list[str]:
     """Create every missing topic; return the names created. Existing topics are left alone,
@@ -101,9 +110,8 @@ def create_all(admin_conf: dict[str, str], topics: Topics, timeout: float = 30.0
         config = {"cleanup.policy": "compact" if spec.compacted else "delete"}
         if spec.base in (PAGES.base,):
             config["max.message.bytes"] = str(16 * 1024 * 1024)
-        new.append(
-            NewTopic(name, num_partitions=topics.partitions, replication_factor=topics.replication, config=config)
-        )
+        partitions = spec.partitions or topics.partitions
+        new.append(NewTopic(name, num_partitions=partitions, replication_factor=topics.replication, config=config))
     created = []
     if new:
         for name, fut in admin.create_topics(new, operation_timeout=timeout).items():

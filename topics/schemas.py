@@ -29,8 +29,10 @@ class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
     priority: int = 0
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
     follow: int = 0  # how many more levels of same-site links the worker may follow
-    scopes: list[str] = msgspec.field(default_factory=list)
+    scopes: list[str] = msgspec.field(default_factory=list)  # extra throttling scopes, e.g. ["api"]
     redirects: int = 0  # redirect hops that led here
+    cost: float = 1.0  # quota units this URL consumes in each of its scopes
+    autothrottle: bool = True  # False: this URL's latency must not move the AutoThrottle delay
 
 
 class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -44,7 +46,9 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     follow: int = 0
     scopes: list[str] = msgspec.field(default_factory=list)
     redirects: int = 0
-    attempts: int = 0  # fetch attempts already made (retries of 5xx / network errors)
+    cost: float = 1.0
+    adjust: bool = True  # may move the AutoThrottle delay
+    attempts: int = 0  # fetch attempts already made (retries of 429 / 5xx / network errors)
 
 
 class UrlBatch(msgspec.Struct, kw_only=True):
@@ -57,6 +61,7 @@ class Job(msgspec.Struct, kw_only=True):
 
     v: int = SCHEMA_VERSION
     lease: str
+    kind: str = "page"  # "page" | "robots" (fetch /robots.txt, follow up to 5 redirects, report the body)
     item: UrlItem
     not_before: float  # epoch seconds; never send before
     expires_at: float  # epoch seconds; picked up later than this → return unfetched
@@ -78,6 +83,7 @@ class Feedback(msgspec.Struct, kw_only=True, omit_defaults=True):
     sent_at: float = 0.0  # epoch seconds when the request was sent (0 if never sent)
     error: str = ""  # error kind: timeout, connect, reset, too_large, ...
     headers: dict[str, str] = msgspec.field(default_factory=dict)  # throttling-relevant headers only
+    body: bytes = b""  # robots jobs only: the robots.txt body
 
 
 class FeedbackBatch(msgspec.Struct, kw_only=True):
@@ -91,7 +97,7 @@ class Page(msgspec.Struct, kw_only=True):
     v: int = SCHEMA_VERSION
     url: str
     status: int = 0
-    outcome: str = "fetched"  # fetched | error | disallowed
+    outcome: str = "fetched"  # fetched | error | disallowed (by robots.txt; never fetched)
     error: str = ""
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     body: bytes = b""
@@ -110,6 +116,29 @@ class Rejected(msgspec.Struct, kw_only=True):
     topic: str = ""
     partition: int = -1
     offset: int = -1
+
+
+class ScopeStatus(msgspec.Struct, kw_only=True):
+    scope: str
+    queued: int
+    inflight: int
+    delay: float
+    concurrency: int
+    gate_until: float
+    backoff: float
+    reason: str  # why it is not dispatching now ("ready" when it is)
+    wait_until: float | None = None
+
+
+class Status(msgspec.Struct, kw_only=True):
+    """One frontier instance's latest view, on ``crawl.frontier.status`` keyed by instance id."""
+
+    v: int = SCHEMA_VERSION
+    instance: str
+    at: float
+    partitions: list[int]
+    totals: dict[str, int]
+    scopes: list[ScopeStatus]
 
 
 T = TypeVar("T", bound=msgspec.Struct)

@@ -34,22 +34,26 @@ class FetchResult:
 
 
 def is_retryable(result: FetchResult) -> bool:
-    """Network errors and 5xx are worth another attempt (bounded by the job's retries_left)."""
-    return result.error in RETRYABLE_ERRORS or 500 <= result.status <= 599
+    """Network errors, 429 and 5xx are worth another attempt (bounded by the job's retries_left)."""
+    return result.error in RETRYABLE_ERRORS or result.status == 429 or 500 <= result.status <= 599
 
 
 def throttle_headers(headers: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k in THROTTLE_HEADERS}
 
 
-async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_body: int) -> FetchResult:
+async def fetch(
+    session: aiohttp.ClientSession, url: str, timeout: float, max_body: int, max_redirects: int = 0
+) -> FetchResult:
+    """Fetch ``url``; redirects are followed only when ``max_redirects`` > 0 (robots.txt, RFC 9309)."""
     loop = asyncio.get_running_loop()
     sent_at = time.time()
     t0 = loop.time()
     result = FetchResult(sent_at=sent_at)
     try:
         async with asyncio.timeout(timeout):
-            async with session.get(url, allow_redirects=False) as resp:
+            follow = max_redirects > 0
+            async with session.get(url, allow_redirects=follow, max_redirects=max(1, max_redirects)) as resp:
                 result.latency = loop.time() - t0  # headers received
                 result.status = resp.status
                 hdrs: dict[str, str] = {}
@@ -74,6 +78,8 @@ async def fetch(session: aiohttp.ClientSession, url: str, timeout: float, max_bo
         result.error = "reset"
     except aiohttp.ClientPayloadError:
         result.error = "truncated"
+    except aiohttp.TooManyRedirects:
+        result.error = "redirects"
     except aiohttp.ClientResponseError as exc:
         result.error = f"bad_response:{exc.status}"
     except (aiohttp.ClientError, ValueError, UnicodeError) as exc:

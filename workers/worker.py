@@ -26,6 +26,7 @@ from confluent_kafka import Consumer, Message, TopicPartition
 
 from frontier.config import Config
 from frontier.kafka_io import AsyncProducer, consumer_conf, coordinates, producer_conf
+from frontier.robots import MAX_ROBOTS_BYTES
 from topics.partitioning import partition_for
 from topics.schemas import (
     Feedback,
@@ -207,21 +208,30 @@ class FetchWorker:
                 if wait > 0:
                     await asyncio.sleep(wait)
                 gate.last_sent = time.time()
-            result = await fetch(session, item.url, job.timeout, self.cfg.worker.max_body_bytes)
+            if job.kind == "robots":
+                result = await fetch(session, item.url, job.timeout, MAX_ROBOTS_BYTES, max_redirects=5)
+            else:
+                result = await fetch(session, item.url, job.timeout, self.cfg.worker.max_body_bytes)
         self.fetched += 1
+        if job.kind == "robots":
+            await self._send_feedback(self._feedback_of(job, result, "error" if result.error else "fetched",
+                                                        body=result.body))  # fmt: skip
+            return
         retry = is_retryable(result) and job.retries_left > 0
         waits: list[asyncio.Future[Any]] = []
         if not retry:
             waits.append(self.producer.send(self.topics.pages, encode(self._page(job, result)), key=item.url.encode()))
             waits.extend(self._follow_ups(job, result))
-        fb = Feedback(
-            lease=job.lease, host=item.host, domain=item.domain, url=item.url,
-            outcome="retry" if retry else ("error" if result.error else "fetched"),
-            status=result.status, latency=result.latency, sent_at=result.sent_at, error=result.error,
-            headers=throttle_headers(result.headers),
-        )  # fmt: skip
-        waits.append(asyncio.ensure_future(self._send_feedback(fb)))
+        outcome = "retry" if retry else ("error" if result.error else "fetched")
+        waits.append(asyncio.ensure_future(self._send_feedback(self._feedback_of(job, result, outcome))))
         await asyncio.gather(*waits)
+
+    @staticmethod
+    def _feedback_of(job: Job, r: FetchResult, outcome: str, body: bytes = b"") -> Feedback:
+        item = job.item
+        return Feedback(lease=job.lease, host=item.host, domain=item.domain, url=item.url, outcome=outcome,
+                        status=r.status, latency=r.latency, sent_at=r.sent_at, error=r.error,
+                        headers=throttle_headers(r.headers), body=body)  # fmt: skip
 
     def _page(self, job: Job, r: FetchResult) -> Page:
         return Page(

@@ -1,0 +1,95 @@
+"""``crawl-frontier status``: read every live frontier instance's latest snapshot from the
+compacted ``crawl.frontier.status`` topic and render totals plus the busiest scopes."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from topics.schemas import SchemaError, Status, decode
+
+LIVE_SECONDS = 30.0  # a snapshot older than this is from an instance that has gone away
+
+
+def read_status(client: dict[str, Any], topic: str, max_age: float | None = LIVE_SECONDS) -> list[Status]:
+    """The latest snapshot of each instance (tombstones remove an instance)."""
+    consumer = Consumer({**client, "group.id": f"status-{uuid.uuid4().hex}", "enable.auto.commit": False,
+                         "enable.partition.eof": True})  # fmt: skip
+    latest: dict[bytes, Status] = {}
+    try:
+        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        if high <= 0:
+            return []
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        done = False
+        while not done:
+            msgs = consumer.consume(1000, timeout=2.0)
+            if not msgs:
+                break  # nothing more within the timeout
+            for msg in msgs:
+                err = msg.error()
+                if err is not None:
+                    done = done or err.code() == KafkaError._PARTITION_EOF
+                    continue
+                key, value = msg.key() or b"", msg.value()
+                if value is None:
+                    latest.pop(key, None)
+                else:
+                    try:
+                        latest[key] = decode(value, Status)
+                    except SchemaError:
+                        continue
+                if (msg.offset() or 0) >= high - 1:
+                    done = True
+    finally:
+        consumer.close()
+    now = time.time()
+    return [s for s in latest.values() if max_age is None or now - s.at <= max_age]
+
+
+def _when(at: float | None, now: float) -> str:
+    if at is None:
+        return "feedback"
+    if at <= now:
+        return "now"
+    return f"+{at - now:.1f}s"
+
+
+def render(statuses: list[Status], top: int = 20, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    if not statuses:
+        return "no live frontier instance has published status (is a frontier running?)"
+    totals: dict[str, int] = {}
+    for s in statuses:
+        for k, v in s.totals.items():
+            totals[k] = totals.get(k, 0) + v
+    lines = [
+        f"instances: {len(statuses)}  partitions: {sum(len(s.partitions) for s in statuses)}",
+        "totals: "
+        + "  ".join(
+            f"{k}={totals.get(k, 0)}"
+            for k in (
+                "queued",
+                "inflight",
+                "dispatched",
+                "completed",
+                "retried",
+                "disallowed",
+                "lost",
+                "returned",
+                "duplicates",
+            )
+        ),
+        "",
+        f"{'scope':<32} {'queued':>7} {'infl':>4} {'conc':>4} {'delay':>7} {'backoff':>7} {'gate':>8}  why not now",
+    ]
+    rows = sorted((r for s in statuses for r in s.scopes), key=lambda r: (-r.queued, r.scope))[:top]
+    for r in rows:
+        gate = _when(r.gate_until, now) if r.gate_until > now else "-"
+        why = "ready" if r.reason == "ready" else f"{r.reason} until {_when(r.wait_until, now)}"
+        lines.append(f"{r.scope[:32]:<32} {r.queued:>7} {r.inflight:>4} {r.concurrency:>4} {r.delay:>7.2f} "
+                     f"{r.backoff:>7.2f} {gate:>8}  {why}")  # fmt: skip
+    return "\n".join(lines)

@@ -1,0 +1,145 @@
+"""Scopes, robots.txt and visibility at the partition level, with injected time.
+
+THROTTLING.md cases 21-22 (several scopes per job) live here, where jobs meet scopes.
+"""
+
+from dataclasses import replace
+
+import pytest
+
+from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
+from frontier.partition import PartitionFrontier
+from frontier.store import MemoryKV
+from frontier.urls import parse_input
+from topics.schemas import Feedback, Job, UrlItem
+
+FIXED = AutoThrottleSettings(enabled=False)
+OPEN = ScopeSettings(delay=0.0, concurrency=100, autothrottle=FIXED)
+NO_ROBOTS = FrontierConfig(robots_obey=False, max_inflight=10_000)
+
+
+def frontier(scopes: dict[str, ScopeSettings], settings: FrontierConfig = NO_ROBOTS,
+             default: ScopeSettings = OPEN) -> PartitionFrontier:  # fmt: skip
+    return PartitionFrontier(0, MemoryKV(), settings, ThrottleConfig(default, scopes), lambda k, v: None,
+                             user_agent="testbot/1.0")  # fmt: skip
+
+
+def item(url: str, scopes: list[str] | None = None) -> UrlItem:
+    sub = {"url": url, "scopes": scopes or []}
+    return parse_input(repr(sub).replace("'", '"').encode())
+
+
+def done(f: PartitionFrontier, job: Job, now: float, status: int = 200, body: bytes = b"", error: str = "") -> None:
+    i = job.item
+    f.feedback(Feedback(lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome="fetched", status=status,
+                        latency=0.01, sent_at=now, body=body, error=error), now)  # fmt: skip
+
+
+def test_case_21_a_job_waits_for_all_its_scopes_others_do_not() -> None:
+    f = frontier({"A": replace(OPEN, delay=1.0), "B": replace(OPEN, delay=5.0)})
+    f.ingest([item("http://x.test/ab1", ["A", "B"])], 0.0)
+    assert [j.item.url for j in f.dispatch(0.0).jobs] == ["http://x.test/ab1"]
+    f.ingest([item("http://x.test/ab2", ["A", "B"]), item("http://x.test/a", ["A"])], 0.5)
+    assert f.dispatch(0.9).jobs == []
+    assert [j.item.url for j in f.dispatch(1.0).jobs] == ["http://x.test/a"]  # {A} goes at t=1
+    assert f.dispatch(4.99).jobs == []
+    assert [j.item.url for j in f.dispatch(5.0).jobs] == ["http://x.test/ab2"]  # {A,B} waited for B until t=5
+
+
+def test_case_22_registrable_domain_scope_limits_all_its_hosts() -> None:
+    f = frontier({
+        "toscrape.com": replace(OPEN, concurrency=32),
+        "books.toscrape.com": replace(OPEN, concurrency=24),
+        "quotes.toscrape.com": replace(OPEN, concurrency=16),
+    })  # fmt: skip
+    f.ingest([item(f"http://books.toscrape.com/{i}") for i in range(30)], 0.0)
+    f.ingest([item(f"http://quotes.toscrape.com/{i}") for i in range(20)], 0.0)
+    jobs = f.dispatch(0.0).jobs
+    hosts = [j.item.host for j in jobs]
+    assert (hosts.count("books.toscrape.com"), hosts.count("quotes.toscrape.com")) == (24, 8)
+    [row] = [r for r in f.scope_rows(0.0) if r.scope == "quotes.toscrape.com"]
+    assert row.inflight == 8 and "toscrape.com" in row.reason and "concurrency" in row.reason
+    done(f, jobs[0], 1.0)  # a books slot frees: toscrape.com has room for one more
+    assert len(f.dispatch(1.0).jobs) == 1
+
+
+def test_named_scopes_are_per_registrable_domain() -> None:
+    f = frontier({"api": replace(OPEN, concurrency=1)})
+    f.ingest([item("http://a.test/1", ["api"]), item("http://a.test/2", ["api"]),
+              item("http://b.test/1", ["api"])], 0.0)  # fmt: skip
+    assert sorted(j.item.url for j in f.dispatch(0.0).jobs) == ["http://a.test/1", "http://b.test/1"]
+
+
+# -- robots.txt --------------------------------------------------------------------------------
+ROBOTS = replace(NO_ROBOTS, robots_obey=True, robots_ttl=3600.0, robots_retry=60.0)
+POLITE = replace(OPEN, delay=0.5, concurrency=2)
+
+
+def test_robots_first_then_disallow_is_reported_and_crawl_delay_applies() -> None:
+    f = frontier({}, ROBOTS, POLITE)
+    f.ingest([item("http://r.test/private/x"), item("http://r.test/public"), item("http://r.test/private/y")], 0.0)
+    first = f.dispatch(0.0)
+    assert [(j.kind, j.item.url) for j in first.jobs] == [("robots", "http://r.test/robots.txt")]
+    assert f.dispatch(0.2).jobs == [] and "robots.txt pending" in f.scope_rows(0.2)[0].reason
+    done(f, first.jobs[0], 0.1, body=b"User-agent: testbot\nDisallow: /private\nCrawl-delay: 3\n")
+    out = f.dispatch(3.1)
+    assert sorted(i.url for i in out.disallowed) == ["http://r.test/private/x", "http://r.test/private/y"]
+    assert [j.item.url for j in out.jobs] == ["http://r.test/public"]
+    f.ingest([item("http://r.test/next")], 3.2)
+    done(f, out.jobs[0], 3.2)
+    assert f.dispatch(6.0).jobs == []  # Crawl-delay 3 s from the send at 3.2 (and concurrency 1)
+    assert [j.item.url for j in f.dispatch(6.2).jobs] == ["http://r.test/next"]
+    assert f.stats.disallowed == 2 and f.stats.robots_fetched == 1
+
+
+@pytest.mark.parametrize(("status", "error"), [(503, ""), (0, "connect")])
+def test_robots_unavailable_means_disallow_all_and_retry(status: int, error: str) -> None:
+    f = frontier({}, ROBOTS, POLITE)
+    f.ingest([item("http://u.test/a")], 0.0)
+    robots = f.dispatch(0.0).jobs[0]
+    done(f, robots, 0.1, status=status, error=error)
+    out = f.dispatch(30.0)
+    assert out.jobs == [] and out.disallowed == []  # nothing fetched, nothing given up either
+    [row] = f.scope_rows(30.0)
+    assert "unavailable" in row.reason and row.wait_until == pytest.approx(60.1)
+    retry = f.dispatch(60.2).jobs
+    assert [j.kind for j in retry] == ["robots"]
+    done(f, retry[0], 60.3, status=404)  # 4xx: allow everything
+    assert [j.item.url for j in f.dispatch(62.0).jobs] == ["http://u.test/a"]  # after the backoff the 5xx caused
+
+
+def test_robots_is_refetched_after_its_ttl() -> None:
+    f = frontier({}, ROBOTS, POLITE)
+    f.ingest([item("http://t.test/1")], 0.0)
+    done(f, f.dispatch(0.0).jobs[0], 0.1, status=404)
+    done(f, f.dispatch(1.0).jobs[0], 1.1)
+    f.ingest([item("http://t.test/2")], 3700.0)
+    assert [j.kind for j in f.dispatch(3700.2).jobs] == ["robots"]
+
+
+def test_robots_state_survives_rebuild() -> None:
+    kv = MemoryKV()
+    f = PartitionFrontier(0, kv, ROBOTS, ThrottleConfig(POLITE, {}), lambda k, v: None, user_agent="testbot")
+    f.ingest([item("http://s.test/private/1"), item("http://s.test/ok")], 0.0)
+    done(f, f.dispatch(0.0).jobs[0], 0.1, body=b"User-agent: *\nDisallow: /private\n")
+    g = PartitionFrontier(0, kv, ROBOTS, ThrottleConfig(POLITE, {}), lambda k, v: None, user_agent="testbot")
+    g.rebuild(1.0)
+    out = g.dispatch(1.0)
+    assert [i.url for i in out.disallowed] == ["http://s.test/private/1"]
+    assert [j.item.url for j in out.jobs] == ["http://s.test/ok"]
+
+
+# -- visibility --------------------------------------------------------------------------------
+def test_delay_changes_are_reported_with_their_cause() -> None:
+    changes: list[tuple[str, float, float, str]] = []
+    f = frontier({}, NO_ROBOTS, replace(OPEN, delay=0.5))
+    f.on_change = lambda *c: changes.append(c)
+    f.ingest([item("http://c.test/1")], 0.0)
+    job = f.dispatch(0.0).jobs[0]
+    i = job.item
+    f.feedback(Feedback(lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome="retry", status=429,
+                        latency=0.01, sent_at=0.0, headers={"retry-after": "30"}), 0.1)  # fmt: skip
+    assert changes and changes[-1][0] == "c.test" and changes[-1][2] == 1.0
+    assert "gate until +30s" in changes[-1][3] and "Retry-After" in changes[-1][3]
+    [row] = f.scope_rows(0.2)
+    assert row.gate_until == pytest.approx(30.1) and row.backoff == 1.0 and row.queued == 1
