@@ -86,7 +86,8 @@ def run_demo(duration: float = 60.0, sites: int = 4, pages: int = 12) -> int:
                 fleet.sites[0].host: {"delay": 0.25, "concurrency": 2},
                 fleet.sites[-1].host: {"delay": 1.0, "concurrency": 1},
             }
-            default = {"delay": DEFAULT_DELAY, "concurrency": DEFAULT_CONCURRENCY}
+            default = {"delay": DEFAULT_DELAY, "concurrency": DEFAULT_CONCURRENCY,
+                       "autothrottle": {"start_delay": 1.0}}  # fmt: skip
             stack = Stack(bootstrap, work / "stack", prefix="demo.", partitions=4,
                           throttle={**default, "scopes": scopes})  # fmt: skip
             stack.create_topics()

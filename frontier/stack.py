@@ -26,22 +26,22 @@ def _toml(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
     return repr(value)
 
 
 def render_config(data: dict[str, Any]) -> str:
-    """Render a two-level dict (sections, optional ``scopes`` sub-tables) as TOML."""
+    """Render sections as TOML; a section's ``scopes`` (name → table) become sub-tables."""
     lines: list[str] = []
     for section, values in data.items():
         lines.append(f"[{section}]")
-        nested = {k: v for k, v in values.items() if isinstance(v, dict)}
-        for k, v in values.items():
-            if not isinstance(v, dict):
-                lines.append(f"{k} = {_toml(v)}")
-        for k, sub in nested.items():
-            for name, table in sub.items():
-                lines.append(f"[{section}.{k}.{_toml(name)}]")
-                lines.extend(f"{kk} = {_toml(vv)}" for kk, vv in table.items())
+        lines.extend(f"{k} = {_toml(v)}" for k, v in values.items() if k != "scopes")
+        for name, table in values.get("scopes", {}).items():
+            lines.append(f"[{section}.scopes.{_toml(name)}]")
+            lines.extend(f"{k} = {_toml(v)}" for k, v in table.items())
         lines.append("")
     return "\n".join(lines)
 

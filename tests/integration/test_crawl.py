@@ -19,10 +19,11 @@ def test_crawl_exactly_once_politely(bootstrap: str, tmp_path: Path) -> None:
     fleet.start()
     a, b, c = (s.host for s in fleet.sites)
     limits = {a: (0.3, 1), b: (0.2, 1), c: (0.25, 2)}
-    stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle={
-        "delay": 0.3, "concurrency": 1,
-        "scopes": {host: {"delay": d, "concurrency": n} for host, (d, n) in limits.items()},
-    })  # fmt: skip
+    scopes: dict[str, dict[str, object]] = {host: {"delay": d, "concurrency": n} for host, (d, n) in limits.items()}
+    # AutoThrottle on (starting at the configured delay): on the slow site it aims at 2 in flight
+    scopes[c]["autothrottle"] = {"start_delay": 0, "target_concurrency": 2.0}
+    throttle = {"delay": 0.3, "concurrency": 1, "autothrottle": {"start_delay": 0}, "scopes": scopes}
+    stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle=throttle)
     try:
         stack.create_topics()
         stack.start_frontier()
@@ -78,7 +79,9 @@ def test_crawl_exactly_once_politely(bootstrap: str, tmp_path: Path) -> None:
 
         for site in fleet.sites:
             delay, conc = limits[site.host]
-            assert len(site.hits) == len(urls) // 3, f"{site.host} saw {len(site.hits)} requests"
+            assert site.hits[0].path == "/robots.txt", "robots.txt is fetched before the first page"
+            pages_seen = [h for h in site.hits if h.path != "/robots.txt"]
+            assert len(pages_seen) == len(urls) // 3, f"{site.host} saw {len(pages_seen)} page requests"
             gap = site.min_gap()
             assert gap is not None and gap >= delay - TOLERANCE, f"{site.host}: min gap {gap:.3f} < delay {delay}"
             assert site.max_active <= conc, f"{site.host}: {site.max_active} concurrent > {conc}"

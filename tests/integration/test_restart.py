@@ -17,7 +17,12 @@ DELAY = 0.3
 @pytest.mark.parametrize("how", ["sigterm", "sigkill"])
 def test_frontier_restart_loses_nothing(bootstrap: str, tmp_path: Path, how: str) -> None:
     fleet = SiteFleet(2, pages=15, latency=0.02, first_octet=50 if how == "sigterm" else 60).start()
-    stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle={"delay": DELAY, "concurrency": 1})
+    stack = Stack(
+        bootstrap,
+        tmp_path / "stack",
+        partitions=4,
+        throttle={"delay": DELAY, "concurrency": 1, "autothrottle": {"start_delay": 0}},
+    )
     reader = None
     try:
         stack.create_topics()
