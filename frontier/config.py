@@ -144,6 +144,7 @@ class FrontierConfig:
     lease_grace: float = 10.0  # extra time before a silent lease is presumed lost
     max_retries: int = 4  # re-fetches after a network error, 429 or 5xx
     max_inflight: int = 2000  # jobs in flight per partition (bounds worker lag)
+    dispatch_lead: float = 0.1  # send a job this much before its slot; the worker holds it until not_before
     robots_obey: bool = True  # fetch robots.txt before a host's first page and obey it
     robots_ttl: float = 86400.0  # seconds a fetched robots.txt stays valid
     robots_retry: float = 60.0  # after a 5xx/network error (everything disallowed), retry this much later

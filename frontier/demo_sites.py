@@ -76,6 +76,20 @@ class SiteFleet:
     def site(self, host: str) -> Site:
         return next(s for s in self.sites if s.host == host)
 
+    async def respond(self, site: Site, request: web.Request, hit: Hit) -> web.Response:
+        """Serve one request (override for sites with other behaviour)."""
+        await asyncio.sleep(site.latency)  # simulated server work
+        if request.path == "/":
+            return web.Response(text=_page(site, 0), content_type="text/html")
+        if request.path.startswith("/page/"):
+            try:
+                n = int(request.path.rsplit("/", 1)[1])
+            except ValueError:
+                n = -1
+            if 0 < n < site.pages:
+                return web.Response(text=_page(site, n), content_type="text/html")
+        return web.Response(status=404, text="not found")
+
     def _app(self, site: Site) -> web.Application:
         async def handle(request: web.Request) -> web.StreamResponse:
             hit = Hit(path=request.path_qs, start=time.time())
@@ -83,21 +97,9 @@ class SiteFleet:
             site.active += 1
             site.max_active = max(site.max_active, site.active)
             try:
-                await asyncio.sleep(site.latency)  # simulated server work
-                if request.path == "/robots.txt":
-                    hit.status = 404
-                    return web.Response(status=404, text="no robots.txt")
-                if request.path == "/":
-                    return web.Response(text=_page(site, 0), content_type="text/html")
-                if request.path.startswith("/page/"):
-                    try:
-                        n = int(request.path.rsplit("/", 1)[1])
-                    except ValueError:
-                        n = -1
-                    if 0 < n < site.pages:
-                        return web.Response(text=_page(site, n), content_type="text/html")
-                hit.status = 404
-                return web.Response(status=404, text="not found")
+                response = await self.respond(site, request, hit)
+                hit.status = response.status
+                return response
             finally:
                 site.active -= 1
                 hit.end = time.time()

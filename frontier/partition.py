@@ -153,7 +153,7 @@ class PartitionFrontier:
         new = policy.apply(old, event, now, s)
         self._put(_STATE + scope.encode(), _enc.encode(new))
         if self.on_change is not None:
-            before, after = policy.delay(policy.advance(old, now, s), s), policy.delay(new, s)
+            before, after = policy.delay(old, s), policy.delay(new, s)
             if abs(before - after) > 1e-9 or new.gate_until != old.gate_until:
                 cause = new.cause
                 if new.gate_until > max(old.gate_until, now):
@@ -281,10 +281,12 @@ class PartitionFrontier:
             self._why[qid] = (decision.reason, decision.at)
             if decision.at is None:
                 continue  # waits for feedback on a full scope (registered as a waiter)
-            if decision.at > now:
-                self._scheduler.schedule(qid, decision.at)
+            if decision.at > now + self.settings.dispatch_lead:
+                self._scheduler.schedule(qid, decision.at - self.settings.dispatch_lead)
                 continue
-            out.jobs.append(self._lease(item, qkey, scopes, now))
+            # Due now or within the lead: send it ahead with not_before = its slot, so Kafka
+            # transit is off the critical path; the worker holds it until then.
+            out.jobs.append(self._lease(item, qkey, scopes, now, not_before=max(now, decision.at)))
             self._queued[qid] -= 1
             self._scheduler.schedule(qid, now)
         return out
@@ -299,17 +301,20 @@ class PartitionFrontier:
         self._why[qid] = ("robots.txt pending", decision.at)
         if decision.at is None:
             return
-        if decision.at > now:
+        if decision.at > now + self.settings.dispatch_lead:
             self._waiters[f"robots:{host}"].discard(qid)
-            self._scheduler.schedule(qid, decision.at)
+            self._scheduler.schedule(qid, decision.at - self.settings.dispatch_lead)
             return
         robots_item = UrlItem(url=robots_url(item.url), host=host, domain=item.domain, meta={})
         self._robots_pending.add(host)
-        out.jobs.append(self._lease(robots_item, b"", scopes, now, kind="robots"))
+        out.jobs.append(self._lease(robots_item, b"", scopes, now, kind="robots", not_before=max(now, decision.at)))
 
-    def _lease(self, item: UrlItem, qkey: bytes, scopes: list[str], now: float, kind: str = "page") -> Job:
+    def _lease(
+        self, item: UrlItem, qkey: bytes, scopes: list[str], now: float, kind: str = "page", not_before: float = 0.0
+    ) -> Job:
         lease_id = uuid.uuid4().hex
-        expires_at = now + self.settings.job_ttl
+        not_before = max(now, not_before)
+        expires_at = not_before + self.settings.job_ttl
         deadline = expires_at + self.settings.fetch_timeout + self.settings.lease_grace
         lease = Lease(qkey=qkey, item=item, deadline=deadline, scopes=scopes, kind=kind)
         self._put(_LEASE + lease_id.encode(), _enc.encode(lease))
@@ -317,7 +322,7 @@ class PartitionFrontier:
             self._delete(qkey)
         u = self.rng.random()
         for scope in scopes:
-            self._apply(scope, policy.Sent(now, u=u, cost=item.cost if kind == "page" else 0.0), now)
+            self._apply(scope, policy.Sent(not_before, u=u, cost=item.cost if kind == "page" else 0.0), now)
         heapq.heappush(self._leases, (deadline, lease_id))
         self.inflight += 1
         self.stats.dispatched += 1
@@ -325,7 +330,7 @@ class PartitionFrontier:
             lease=lease_id,
             kind=kind,
             item=item,
-            not_before=now,
+            not_before=not_before,
             expires_at=expires_at,
             min_gap=policy.delay(self._state(scopes[0]), self.scope_settings(scopes[0])),
             timeout=self.settings.fetch_timeout,

@@ -42,6 +42,7 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     backoff_step_at: float = -1.0  # when backoff last stepped up (incident boundary; < 0: never)
     backoff_changed_at: float = 0.0  # last step up or recovery step (recovery windows count from here)
     unsafe: float = 0.0  # the delay at which the last trigger happened (bisection's lower bound)
+    safe: float = 0.0  # the lowest backoff delay that survived a whole quiet window (bisection's upper bound)
     gate_until: float = 0.0  # hard gate from the server
     gate_cause: str = ""
     robots_delay: float = 0.0  # Crawl-delay / Request-rate, already capped
@@ -165,14 +166,23 @@ def _recover(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
         base = delay(msgspec.structs.replace(state, backoff=0.0), s)
         safe = state.backoff  # survived a whole window: known safe
         unsafe = state.unsafe
-        if unsafe > base + _EPS and safe - unsafe > max(0.05, 0.1 * unsafe):
-            new, unsafe = (safe + unsafe) / 2, unsafe  # bisect between last unsafe and last safe
+        floor = max(unsafe, base)
+        if unsafe > 0 and safe - floor > max(0.05, 0.1 * floor):
+            new = (safe + floor) / 2  # bisect between the last unsafe and the last safe delay
+        elif s.rampup.enabled:
+            # Settled just above the limit: rampup owns the speed from here (about one probe per
+            # rampup window), starting from the delay that proved safe.
+            ru = state.ru_delay if state.ru_delay >= 0 else s.delay
+            return msgspec.structs.replace(
+                state, backoff=0.0, safe=safe, ru_delay=max(ru, safe), backoff_changed_at=at,
+                cause=f"backoff settled at {safe:.2f}: rampup continues from there",
+            )  # fmt: skip
         else:
             new, unsafe = (safe + base) / 2, 0.0  # close to the limit: now head for the base
         if new - base < 0.05:
             new = 0.0
         state = msgspec.structs.replace(
-            state, backoff=new, unsafe=unsafe, backoff_changed_at=at,
+            state, backoff=new, unsafe=unsafe, safe=safe if new else 0.0, backoff_changed_at=at,
             cause=f"backoff recovery {safe:.2f}->{max(new, base):.2f} after {b.window:.0f}s quiet",
         )  # fmt: skip
     return state
@@ -190,10 +200,16 @@ def _rampup(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
     d = state.ru_delay if state.ru_delay >= 0 else s.delay
     c = state.ru_concurrency or s.concurrency
     cause = state.cause
+    unsafe = state.unsafe
     if state.ru_triggers < lo and state.backoff == 0 and state.ru_sent > 0:
+        if unsafe and d <= unsafe + _EPS:
+            unsafe = 0.0  # a whole quiet window at or below the old limit: it has moved
         if d > r.min_delay + _EPS:
-            cause = f"rampup: quiet window, delay {d:.2f}->{max(r.min_delay, d / 2):.2f}"
-            d = max(r.min_delay, d / 2)
+            lower = max(r.min_delay, d / 2)
+            if unsafe and lower < unsafe < d:
+                lower = (d + unsafe) / 2  # do not jump past a delay known to trigger: bisect toward it
+            cause = f"rampup: quiet window, delay {d:.2f}->{lower:.2f}"
+            d = lower
         elif c < r.max_concurrency:
             cause = f"rampup: quiet window, concurrency {c}->{c + 1}"
             c += 1
@@ -206,7 +222,7 @@ def _rampup(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
             d = min(s.delay, d * 2)
     # windows during which nothing was sent tell nothing: start the next window now
     return msgspec.structs.replace(
-        state, ru_delay=d, ru_concurrency=c, ru_window_start=now, ru_triggers=0, ru_sent=0, cause=cause
+        state, ru_delay=d, ru_concurrency=c, ru_window_start=now, ru_triggers=0, ru_sent=0, cause=cause, unsafe=unsafe
     )
 
 
@@ -279,7 +295,10 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
         if sent >= state.backoff_step_at:
             current = delay(state, s)
             b = s.backoff
-            new = min(max(b.min_delay, current * b.factor), b.max_delay)
+            if state.safe > current:
+                new = state.safe  # a probe below a delay known to be safe failed: back to that delay
+            else:
+                new = min(max(b.min_delay, current * b.factor), b.max_delay)
             state = rep(state, backoff=new, backoff_step_at=now, backoff_changed_at=now, unsafe=current,
                         cause=f"backoff on {ev.status or ev.error}: {current:.2f}->{new:.2f}")  # fmt: skip
     return state

@@ -1,6 +1,7 @@
 """PartitionFrontier contract tests, run against both the in-memory and the RocksDB store."""
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,9 @@ THROTTLE = ThrottleConfig(
     default=ScopeSettings(delay=1.0, concurrency=1, autothrottle=FIXED),
     scopes={"fast.test": ScopeSettings(delay=0.0, concurrency=2, autothrottle=FIXED)},
 )
-SETTINGS = FrontierConfig(job_ttl=30.0, fetch_timeout=20.0, lease_grace=10.0, max_retries=1, robots_obey=False)
+SETTINGS = FrontierConfig(
+    job_ttl=30.0, fetch_timeout=20.0, lease_grace=10.0, max_retries=1, robots_obey=False, dispatch_lead=0.0
+)
 
 
 @pytest.fixture(params=["memory", "rocksdb"])
@@ -187,3 +190,12 @@ def test_crash_between_writes_never_loses_a_url(kv: KV) -> None:
         seen = {k for k, _ in replica.scan(b"S")}
         live = {v for _, v in replica.scan(b"Q")} | {v for _, v in replica.scan(b"L")}
         assert len(live) >= len(seen) or not seen, f"a seen URL is neither queued nor leased at cut {cut}"
+
+
+def test_jobs_go_out_ahead_of_their_slot_with_not_before() -> None:
+    f = PartitionFrontier(0, MemoryKV(), replace(SETTINGS, dispatch_lead=0.1), THROTTLE, Log())
+    f.ingest(items("http://a.test/1", "http://a.test/2"), 0.0)
+    f.feedback(fb(f.dispatch(0.0).jobs[0], sent_at=0.0), 0.05)
+    assert f.dispatch(0.85).jobs == []  # the slot at 1.0 is more than the lead away
+    [job] = f.dispatch(0.9).jobs
+    assert (job.not_before, job.expires_at) == (1.0, 31.0)  # the worker holds it until its slot

@@ -15,7 +15,7 @@ from topics.schemas import Feedback, Job, UrlItem
 
 FIXED = AutoThrottleSettings(enabled=False)
 OPEN = ScopeSettings(delay=0.0, concurrency=100, autothrottle=FIXED)
-NO_ROBOTS = FrontierConfig(robots_obey=False, max_inflight=10_000)
+NO_ROBOTS = FrontierConfig(robots_obey=False, max_inflight=10_000, dispatch_lead=0.0)
 
 
 def frontier(scopes: dict[str, ScopeSettings], settings: FrontierConfig = NO_ROBOTS,

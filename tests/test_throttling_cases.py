@@ -333,3 +333,13 @@ def test_backoff_settings_are_per_scope() -> None:
     for k in range(3):
         state = respond(state, s, T0 + k, status=429, sent_at=T0 + k)
     assert delay(state, s) == 10.0  # 2 -> 6 -> capped 10
+
+
+def test_a_failed_probe_returns_to_the_last_safe_delay_not_double() -> None:
+    state = ScopeState()
+    for k in range(3):  # 1, 2, 4
+        state = respond(state, BO, T0 + k, status=429, sent_at=T0 + k)
+    state = advance(state, T0 + 62, BO)  # a quiet window at 4: safe=4, probe at bisect(4, 2) = 3
+    assert (state.safe, delay(state, BO)) == (4.0, 3.0)
+    state = respond(state, BO, T0 + 63, status=429, sent_at=T0 + 63)
+    assert delay(state, BO) == 4.0  # not 6: 4 is known to be safe

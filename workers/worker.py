@@ -149,7 +149,7 @@ class FetchWorker:
                         msgs: list[Message] = []
                     else:
                         want = self.concurrency * 4 - len(tasks)
-                        msgs = await asyncio.to_thread(consumer.consume, want, 0.1)
+                        msgs = await asyncio.to_thread(_take, consumer, want)
                     for msg in msgs:
                         if msg.error() is not None:
                             log.warning("consume error: %s", msg.error())
@@ -281,6 +281,17 @@ class FetchWorker:
                         f.set_result(None)
 
             delivery.add_done_callback(settle)
+
+
+def _take(consumer: Consumer, most: int) -> list[Message]:
+    """Wait up to 0.1 s for the first job, then take whatever else is already there without waiting.
+
+    (``consume(n, timeout)`` alone would hold a lone job until ``n`` arrive or the timeout ends.)
+    """
+    first = consumer.poll(0.1)
+    if first is None:
+        return []
+    return [first, *consumer.consume(most - 1, timeout=0)] if most > 1 else [first]
 
 
 def run_worker(cfg: Config, concurrency: int | None = None) -> None:
