@@ -48,3 +48,36 @@ def test_bad_toml_and_missing_file(tmp_path: Path) -> None:
         load(bad, env={})
     with pytest.raises(ConfigError, match="not found"):
         load(tmp_path / "missing.toml", env={})
+
+
+def test_nested_scope_settings_and_shorthands() -> None:
+    cfg = from_dict({"throttle": {"jitter": 0.1, "scopes": {"api": {
+        "rampup": {"window": 10, "target": [1, 3]}, "backoff": {"factor": 3, "codes": [429]},
+        "autothrottle": False, "quota": 500, "window": 3600, "spread": True}}}})  # fmt: skip
+    api = cfg.throttle.for_scope("api")
+    assert api.rampup.enabled and api.rampup.target == (1, 3) and api.rampup.window == 10
+    assert api.backoff.factor == 3 and api.backoff.codes == (429,)
+    assert not api.autothrottle.enabled and api.quota == 500 and api.spread
+    assert api.jitter == (-0.1, 0.1)  # inherited from [throttle]
+    assert from_dict({"throttle": {"rampup": True}}).throttle.default.rampup.enabled
+
+
+@pytest.mark.parametrize(
+    ("scope", "message"),
+    [
+        ({"autothrottle": {"target_concurrency": 0}}, "autothrottle.target_concurrency"),
+        ({"jitter": 1.5}, "jitter"),
+        ({"jitter": [0.3, 0.1]}, "jitter"),
+        ({"backoff": {"factor": 0.5}}, "backoff"),
+        ({"backoff": {"speed": 1}}, "unknown key(s) speed"),
+        ({"rampup": {"min_delay": 0}}, "rampup"),
+        ({"rampup": {"target": "one"}}, "rampup.target"),
+        ({"quota": -1}, "quota"),
+        ({"ignore_robots_txt": "yes"}, "ignore_robots_txt"),
+        ({"concurrency": 1.5}, "concurrency"),
+    ],
+)
+def test_invalid_scope_settings_name_the_key(scope: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        from_dict({"throttle": {"scopes": {"api": scope}}})
+    assert message in str(exc.value) and "'api'" in str(exc.value)

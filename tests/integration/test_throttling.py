@@ -11,6 +11,8 @@ One crawl (frontier + 2 workers on the real broker) over seven local sites:
 
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from confluent_kafka import Producer
@@ -83,6 +85,18 @@ def test_hidden_limits_are_respected_and_approached(bootstrap: str, tmp_path: Pa
                 pages[p.url] = p.outcome
             return len(pages) >= len(urls)
 
+        status_out: list[str] = []
+
+        def status_shows_the_scopes() -> bool:
+            stack.check_alive()
+            run = subprocess.run([sys.executable, "-m", "frontier.cli", "--config", str(stack.config_path), "status"],
+                                 capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+            status_out[:] = [run.stdout]
+            return run.returncode == 0 and all(host[k] in run.stdout for k in ("retry_after_seconds", "ratelimit"))
+
+        wait_until(status_shows_the_scopes, timeout=60, interval=1.0, what="crawl-frontier status to list scopes")
+        print(status_out[0])
+        assert "instances: 1  partitions: 4" in status_out[0] and "why not now" in status_out[0]
         wait_until(all_done, timeout=150, interval=0.5, what="every URL fetched or reported")
     finally:
         if reader is not None:

@@ -1,0 +1,82 @@
+"""Property-based tests: parsers never raise on hostile input, and round trips hold."""
+
+from datetime import UTC, datetime
+from email.utils import formatdate
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from frontier.headers import http_date, ratelimit, retry_after
+from frontier.robots import RobotsRecord, Rules
+from frontier.urls import Rejection, canonicalize, parse_input
+from topics.schemas import Page, UrlItem, decode, encode
+
+NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC).timestamp()
+header_text = st.text(max_size=80) | st.sampled_from(["0", "7", " 7 ", "-1", "1e3", "Fri, 21 Aug 2026 12:02:00 GMT"])
+
+
+@given(header_text)
+def test_retry_after_never_raises_and_is_positive_or_none(value: str) -> None:
+    result = retry_after(value, NOW)
+    assert result is None or result > 0
+
+
+@given(st.integers(min_value=1, max_value=10**9))
+def test_retry_after_seconds(n: int) -> None:
+    assert retry_after(str(n), NOW) == float(n)
+
+
+@given(st.integers(min_value=int(NOW) - 10**8, max_value=int(NOW) + 10**8))
+def test_imf_fixdate_round_trip(ts: int) -> None:
+    assert http_date(formatdate(ts, usegmt=True), NOW) == float(ts)
+
+
+@given(st.dictionaries(st.sampled_from(["ratelimit", "ratelimit-policy", "ratelimit-remaining", "ratelimit-reset",
+                                        "ratelimit-limit"]), header_text))  # fmt: skip
+def test_ratelimit_never_raises(headers: dict[str, str]) -> None:
+    rl = ratelimit(headers)
+    assert rl is None or (rl.remaining >= 0 and rl.reset >= 0)
+
+
+@given(st.binary(max_size=300))
+def test_parse_input_accepts_or_rejects_never_crashes(raw: bytes) -> None:
+    try:
+        item = parse_input(raw)
+    except Rejection as exc:
+        assert str(exc)
+    else:
+        assert item.url.startswith(("http://", "https://")) and item.host
+
+
+urls = st.builds(
+    lambda scheme, host, path, query: f"{scheme}://{host}/{path}{'?' + query if query else ''}",
+    st.sampled_from(["http", "https", "HTTP"]),
+    st.from_regex(r"[a-zA-Z0-9]([a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?\.(com|org|co\.uk|example)", fullmatch=True),
+    st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=30),
+    st.text(alphabet="abc=&%20xyz", max_size=20),
+)
+
+
+@settings(max_examples=300)
+@given(urls)
+def test_canonicalisation_is_idempotent(url: str) -> None:
+    try:
+        canonical, host = canonicalize(url)
+    except Rejection:
+        return
+    assert canonicalize(canonical) == (canonical, host)
+
+
+@given(st.binary(max_size=2000))
+def test_robots_rules_never_raise(body: bytes) -> None:
+    rules = Rules(RobotsRecord(status=200, body=body), "testbot")
+    assert isinstance(rules.allowed("http://a.test/x"), bool)
+    assert rules.delay() >= 0
+
+
+@given(st.text(max_size=50), st.integers(-(2**31), 2**31 - 1), st.dictionaries(st.text(max_size=5), st.integers()))
+def test_codec_round_trip(text: str, priority: int, meta: dict[str, int]) -> None:
+    item = UrlItem(url="http://a.test/" + text, host="a.test", domain="a.test", priority=priority, meta=meta)
+    assert decode(encode(item), UrlItem) == item
+    page = Page(url=item.url, body=text.encode(), meta=meta)
+    assert decode(encode(page), Page) == page
