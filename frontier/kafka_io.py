@@ -121,9 +121,6 @@ class AsyncProducer:
             errors, self._errors = self._errors, []
             raise DeliveryError("; ".join(errors[:5]))
 
-    def flush_sync(self, timeout: float = 60.0) -> int:
-        return int(self._producer.flush(timeout))
-
     def close(self, timeout: float = 30.0) -> None:
         self._producer.flush(timeout)
         self._closed.set()

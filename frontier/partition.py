@@ -43,7 +43,7 @@ from frontier.robots import RobotsRecord, Rules, agent_token, robots_url
 from frontier.scheduler import Scheduler
 from frontier.store import KV
 from frontier.urls import url_fingerprint
-from topics.schemas import Feedback, Job, UrlItem
+from topics.schemas import Feedback, Job, ScopeStatus, UrlItem
 
 Changelog = Callable[[bytes, bytes | None], None]
 # (scope, old delay, new delay, cause) — called whenever a scope's delay or gate changes
@@ -93,19 +93,6 @@ class Stats:
 class Dispatch:
     jobs: list[Job] = field(default_factory=list)
     disallowed: list[UrlItem] = field(default_factory=list)  # to report on the output, never fetched
-
-
-@dataclass
-class ScopeRow:
-    scope: str
-    queued: int
-    inflight: int
-    delay: float
-    concurrency: int
-    gate_until: float
-    backoff: float
-    reason: str
-    wait_until: float | None
 
 
 @dataclass
@@ -418,7 +405,7 @@ class PartitionFrontier:
         return sum(self._queued.values())
 
     # -- visibility -----------------------------------------------------------------------------
-    def scope_rows(self, now: float, top: int = 20) -> list[ScopeRow]:
+    def scope_rows(self, now: float, top: int = 20) -> list[ScopeStatus]:
         """Per scope, busiest first: queued, in flight, delay, gate, and why it is not dispatching."""
         queued: Counter[str] = Counter()
         why: dict[str, tuple[str, float | None]] = {}
@@ -432,7 +419,7 @@ class PartitionFrontier:
             s = self.scope_settings(scope)
             st = policy.advance(self._state(scope), now, s)
             reason, at = why.get(scope, ("ready", None))
-            rows.append(ScopeRow(scope=scope, queued=n, inflight=st.inflight, delay=policy.delay(st, s),
+            rows.append(ScopeStatus(scope=scope, queued=n, inflight=st.inflight, delay=policy.delay(st, s),
                                  concurrency=policy.concurrency(st, s), gate_until=st.gate_until, backoff=st.backoff,
                                  reason=reason, wait_until=at))  # fmt: skip
         return rows

@@ -26,8 +26,8 @@ import msgspec
 
 from frontier.config import ScopeSettings
 from frontier.headers import gate_seconds, ratelimit
+from topics.schemas import NETWORK_ERRORS
 
-NETWORK_ERRORS = frozenset({"timeout", "connect", "reset", "truncated"})
 _EPS = 1e-9
 
 

@@ -11,7 +11,6 @@ they caused are in the changelog: a takeover never skips a change it cannot rest
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import socket
@@ -28,7 +27,7 @@ from frontier.kafka_io import AsyncProducer, producer_conf
 from frontier.partition import PartitionFrontier
 from frontier.state import changelog_end, close_partition, db_path, open_partition
 from frontier.store import RocksKV
-from topics.schemas import FeedbackBatch, Page, Rejected, ScopeStatus, Status, UrlBatch, encode
+from topics.schemas import FeedbackBatch, Page, Rejected, Status, UrlBatch, encode
 
 STATUS_INTERVAL = 2.0  # seconds between status snapshots on crawl.frontier.status
 log = logging.getLogger("frontier")
@@ -59,7 +58,6 @@ class FrontierService:
         self._restoring: dict[int, asyncio.Task[None]] = {}
         self._wake = asyncio.Event()
         self._producer: AsyncProducer | None = None
-        self._errors: list[str] = []
         self.running = False
         self.instance = f"{socket.gethostname()}-{os.getpid()}"
 
@@ -225,7 +223,7 @@ class FrontierService:
         totals = self.stats()
         totals["queued"] = sum(o.frontier.queued() for o in self._owned.values())
         return Status(instance=self.instance, at=now, partitions=sorted(self._owned), totals=totals,
-                      scopes=[ScopeStatus(**dataclasses.asdict(r)) for r in rows[:top]])  # fmt: skip
+                      scopes=rows[:top])  # fmt: skip
 
     def publish_status(self, now: float) -> None:
         self.producer.send_nowait(self.topics.status, encode(self.status(now)), key=self.instance.encode())

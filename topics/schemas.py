@@ -70,6 +70,11 @@ class Job(msgspec.Struct, kw_only=True):
     retries_left: int = 0
 
 
+# Feedback ``error`` kinds that mean the network failed (no complete response): they trigger
+# backoff at the frontier and a retry at the worker.
+NETWORK_ERRORS = frozenset({"timeout", "connect", "reset", "truncated"})
+
+
 class Feedback(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What happened to one job. ``outcome``: fetched | error | expired."""
 

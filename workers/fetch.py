@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-RETRYABLE_ERRORS = frozenset({"timeout", "connect", "reset", "truncated"})
+from topics.schemas import NETWORK_ERRORS
+
 # Headers the frontier's throttling reads (Retry-After, RateLimit drafts); kept in feedback.
 THROTTLE_HEADERS = ("retry-after", "ratelimit", "ratelimit-policy", "ratelimit-limit", "ratelimit-remaining",
                     "ratelimit-reset", "x-ratelimit-remaining", "x-ratelimit-reset")  # fmt: skip
@@ -35,7 +36,7 @@ class FetchResult:
 
 def is_retryable(result: FetchResult) -> bool:
     """Network errors, 429 and 5xx are worth another attempt (bounded by the job's retries_left)."""
-    return result.error in RETRYABLE_ERRORS or result.status == 429 or 500 <= result.status <= 599
+    return result.error in NETWORK_ERRORS or result.status == 429 or 500 <= result.status <= 599
 
 
 def throttle_headers(headers: dict[str, str]) -> dict[str, str]:
