@@ -167,8 +167,17 @@ class WorkerConfig:
     max_body_bytes: int = 5 * 1024 * 1024
     user_agent: str = "kafka-crawl-frontier/0.1 (+https://example.invalid/bot)"
     max_redirects: int = 5
+    block_private: bool = True  # refuse private/loopback/link-local/metadata addresses (after DNS)
+    allow_networks: tuple[str, ...] = ()  # CIDRs allowed anyway, e.g. ["127.0.0.0/8"] for local tests
 
     def validate(self) -> None:
+        import ipaddress
+
+        for net in self.allow_networks:
+            try:
+                ipaddress.ip_network(net, strict=False)
+            except ValueError:
+                raise ConfigError(f"worker.allow_networks: {net!r} is not an IP network (CIDR)") from None
         if self.concurrency < 1:
             raise ConfigError("worker.concurrency: must be >= 1")
         if self.max_body_bytes < 1024:
@@ -292,7 +301,11 @@ def from_dict(data: Mapping[str, Any]) -> Config:
         raise ConfigError("topics.replication: must be >= 1")
     frontier = _section(data.get("frontier", {}), FrontierConfig, "frontier")
     frontier.validate()
-    worker = _section(data.get("worker", {}), WorkerConfig, "worker")
+    worker_d = dict(data.get("worker", {}))
+    nets = worker_d.pop("allow_networks", [])
+    if not isinstance(nets, list) or not all(isinstance(n, str) for n in nets):
+        raise ConfigError("worker.allow_networks: expected a list of CIDR strings")
+    worker = replace(_section(worker_d, WorkerConfig, "worker"), allow_networks=tuple(nets))
     worker.validate()
     throttle_d = dict(data.get("throttle", {}))
     scopes_d = throttle_d.pop("scopes", {})

@@ -54,6 +54,8 @@ class Stack:
     partitions: int = 4
     throttle: dict[str, Any] = field(default_factory=dict)
     frontier: dict[str, Any] = field(default_factory=dict)
+    # local test sites live on loopback, which workers refuse unless told otherwise
+    worker: dict[str, Any] = field(default_factory=lambda: {"allow_networks": ["127.0.0.0/8"]})
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -67,6 +69,7 @@ class Stack:
                     "topics": {"prefix": self.prefix, "partitions": self.partitions},
                     "frontier": {"app_id": self.app_id, "state_dir": str(self.workdir / "state"), **self.frontier},
                     "throttle": self.throttle,
+                    "worker": self.worker,
                 }
             )
         )

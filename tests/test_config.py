@@ -81,3 +81,9 @@ def test_invalid_scope_settings_name_the_key(scope: dict[str, object], message: 
     with pytest.raises(ConfigError) as exc:
         from_dict({"throttle": {"scopes": {"api": scope}}})
     assert message in str(exc.value) and "'api'" in str(exc.value)
+
+
+def test_worker_allow_networks() -> None:
+    assert from_dict({"worker": {"allow_networks": ["127.0.0.0/8"]}}).worker.allow_networks == ("127.0.0.0/8",)
+    with pytest.raises(ConfigError, match=r"worker\.allow_networks: 'nope'"):
+        from_dict({"worker": {"allow_networks": ["nope"]}})

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from topics.schemas import NETWORK_ERRORS
+from workers.safety import BlockedAddress
 
 # Headers the frontier's throttling reads (Retry-After, RateLimit drafts); kept in feedback.
 THROTTLE_HEADERS = ("retry-after", "ratelimit", "ratelimit-policy", "ratelimit-limit", "ratelimit-remaining",
@@ -79,6 +80,8 @@ async def fetch(
         result.error = "reset"
     except aiohttp.ClientPayloadError:
         result.error = "truncated"
+    except BlockedAddress:
+        result.error = "blocked_address"
     except aiohttp.TooManyRedirects:
         result.error = "redirects"
     except aiohttp.ClientResponseError as exc:

@@ -41,6 +41,7 @@ from topics.schemas import (
 )
 from workers.fetch import FetchResult, fetch, is_retryable, throttle_headers
 from workers.links import same_site_links
+from workers.safety import AddressPolicy, SafeConnector
 
 log = logging.getLogger("worker")
 
@@ -122,7 +123,8 @@ class FetchWorker:
         )
         sem = asyncio.Semaphore(self.concurrency)
         tasks: set[asyncio.Task[None]] = set()
-        connector = aiohttp.TCPConnector(limit=self.concurrency * 2, limit_per_host=0, ttl_dns_cache=300)
+        policy = AddressPolicy(self.cfg.worker.allow_networks, self.cfg.worker.block_private)
+        connector = SafeConnector(policy, limit=self.concurrency * 2, limit_per_host=0, ttl_dns_cache=300)
         headers = {"User-Agent": self.cfg.worker.user_agent}
 
         def on_revoke(c: Consumer, parts: list[TopicPartition]) -> None:
@@ -204,8 +206,9 @@ class FetchWorker:
         async with sem:
             gate = self._gates[item.host]
             async with gate.lock:
-                wait = max(job.not_before, gate.last_sent + job.min_gap) - time.time()
-                if wait > 0:
+                slot = max(job.not_before, gate.last_sent + job.min_gap)
+                # asyncio may wake a timer up to a clock tick early: re-check until the slot has come
+                while (wait := slot - time.time()) > 0:
                     await asyncio.sleep(wait)
                 gate.last_sent = time.time()
             if job.kind == "robots":
