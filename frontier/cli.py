@@ -163,11 +163,11 @@ def cmd_pages(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from frontier.status import read_status, render
+    from frontier.status import LIVE_SECONDS, read_status, render
 
     cfg = _config(args)
     while True:
-        statuses = read_status(cfg.kafka.client_conf(), cfg.topics.status, None if args.all else 30.0)
+        statuses = read_status(cfg.kafka.client_conf(), cfg.topics.status, None if args.all else LIVE_SECONDS)
         if args.watch:
             print("\x1b[2J\x1b[H", end="")
         print(render(statuses, args.top), flush=True)

@@ -1,6 +1,7 @@
 """Configuration: one TOML file, typed frozen sections, validated at load with messages that
 name the key. Environment variables override the Kafka connection and topic layout
-(``CRAWL_KAFKA_BOOTSTRAP``, ``CRAWL_TOPIC_PREFIX``, ``CRAWL_PARTITIONS``).
+(``CRAWL_KAFKA_BOOTSTRAP``, ``CRAWL_TOPIC_PREFIX``, ``CRAWL_PARTITIONS``) and the frontier's
+state directory (``CRAWL_FRONTIER_STATE_DIR``, one per instance).
 
 Example::
 
@@ -317,6 +318,8 @@ def from_dict(data: Mapping[str, Any]) -> Config:
 
 
 def apply_env(cfg: Config, env: Mapping[str, str]) -> Config:
+    if "CRAWL_FRONTIER_STATE_DIR" in env:
+        cfg = replace(cfg, frontier=replace(cfg.frontier, state_dir=env["CRAWL_FRONTIER_STATE_DIR"]))
     if "CRAWL_KAFKA_BOOTSTRAP" in env:
         cfg = replace(cfg, kafka=replace(cfg.kafka, bootstrap=env["CRAWL_KAFKA_BOOTSTRAP"]))
     if "CRAWL_TOPIC_PREFIX" in env:

@@ -9,11 +9,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from confluent_kafka import KafkaError, KafkaException, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+
+log = logging.getLogger(__name__)
 
 
 def producer_conf(base: Mapping[str, str], **extra: Any) -> dict[str, Any]:
@@ -48,6 +52,21 @@ def coordinates(msg: Message) -> tuple[str, int, int]:
     if topic is None or partition is None or offset is None:
         raise ValueError("message without topic/partition/offset")
     return topic, partition, offset
+
+
+def watermarks(consumer: Consumer, topic: str, partition: int, timeout: float = 30.0) -> tuple[int, int]:
+    """(low, high) offsets of a partition, retrying while its leader is not known yet (new topics,
+    broker restarts) until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=5)
+            return int(low), int(high)
+        except KafkaException as exc:
+            if time.monotonic() > deadline:
+                raise
+            log.info("watermarks of %s[%d] not available yet: %s", topic, partition, exc)
+            time.sleep(0.2)
 
 
 class DeliveryError(RuntimeError):

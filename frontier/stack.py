@@ -82,15 +82,18 @@ class Stack:
     def create_topics(self) -> None:
         create_all(self.client, self.topics)
 
-    def _spawn(self, name: str, *args: str) -> subprocess.Popen[bytes]:
-        log = open(self.workdir / f"{name}.log", "ab")
+    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        log = open(self.workdir / f"{name}.log", "ab")  # the child owns it
         cmd = [sys.executable, "-m", "frontier.cli", "--config", str(self.config_path), *args]
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, **(env or {})})  # fmt: skip
         self.procs[name] = proc
         return proc
 
-    def start_frontier(self, name: str = "frontier") -> subprocess.Popen[bytes]:
-        return self._spawn(name, "frontier", "--loglevel", "info")
+    def start_frontier(self, name: str = "frontier", own_state: bool = False) -> subprocess.Popen[bytes]:
+        """Start a frontier; ``own_state`` gives it a state directory of its own (several instances)."""
+        env = {"CRAWL_FRONTIER_STATE_DIR": str(self.workdir / f"state-{name}")} if own_state else None
+        return self._spawn(name, "frontier", "--loglevel", "info", env=env)
 
     def start_worker(self, name: str, concurrency: int = 8) -> subprocess.Popen[bytes]:
         return self._spawn(name, "worker", "--concurrency", str(concurrency))

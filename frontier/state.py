@@ -17,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
+from frontier.kafka_io import watermarks
 from frontier.store import META, RocksKV
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ def replay(kv: RocksKV, client_conf: dict[str, Any], topic: str, partition: int,
         }
     )
     try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        low, high = watermarks(consumer, topic, partition)
         first = low if start == OFFSET_BEGINNING else max(start, low)
         if first >= high:
             return 0
@@ -105,7 +106,7 @@ def changelog_end(client_conf: dict[str, Any], topic: str, partition: int) -> in
     """The offset of the last record in the changelog partition (-1 when empty)."""
     consumer = Consumer({**client_conf, "group.id": f"restore-{uuid.uuid4().hex}"})
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
-        return int(high) - 1
+        _, high = watermarks(consumer, topic, partition)
+        return high - 1
     finally:
         consumer.close()

@@ -9,9 +9,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
+from frontier.kafka_io import watermarks
 from topics.schemas import SchemaError, Status, decode
 
-LIVE_SECONDS = 30.0  # a snapshot older than this is from an instance that has gone away
+LIVE_SECONDS = 10.0  # no snapshot for this long (5 intervals): the instance has gone away
 
 
 def read_status(client: dict[str, Any], topic: str, max_age: float | None = LIVE_SECONDS) -> list[Status]:
@@ -20,7 +21,7 @@ def read_status(client: dict[str, Any], topic: str, max_age: float | None = LIVE
                          "enable.partition.eof": True})  # fmt: skip
     latest: dict[bytes, Status] = {}
     try:
-        _, high = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=10)
+        _, high = watermarks(consumer, topic, 0, timeout=10)
         if high <= 0:
             return []
         consumer.assign([TopicPartition(topic, 0, 0)])

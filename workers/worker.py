@@ -118,7 +118,11 @@ class FetchWorker:
             consumer_conf(
                 self.client,
                 f"{self.cfg.frontier.app_id}-workers",
-                **{"partition.assignment.strategy": "cooperative-sticky", "max.poll.interval.ms": 300000},
+                **{
+                    "partition.assignment.strategy": "cooperative-sticky",
+                    "max.poll.interval.ms": 300000,
+                    "session.timeout.ms": 10000,  # a dead worker's partitions move on after 10 s
+                },
             )
         )
         sem = asyncio.Semaphore(self.concurrency)

@@ -1,0 +1,71 @@
+"""Shared steps of the crawl scenarios: submit URLs, collect pages, judge politeness from the sites."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections import Counter
+
+from confluent_kafka import Producer
+
+from frontier.demo_sites import SiteFleet
+from frontier.stack import Stack, TopicReader, read_pages, wait_until
+
+
+def submit(stack: Stack, urls: list[str]) -> None:
+    """Publish ``urls`` unkeyed to crawl.urls, as any user's producer would."""
+    producer = Producer(stack.client)
+    for url in urls:
+        producer.produce(stack.topics.urls, json.dumps({"url": url}).encode())
+    assert producer.flush(30) == 0
+
+
+class Pages:
+    """Everything that arrives on crawl.pages, in order."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.urls: list[str] = []
+        self._reader = TopicReader(stack.client, stack.topics.pages)
+
+    def poll(self, timeout: float = 0.2) -> None:
+        self.urls.extend(p.url for p in read_pages(self._reader, timeout))
+
+    def wait_for(self, count: int, timeout: float, what: str) -> None:
+        def enough() -> bool:
+            self.stack.check_alive()
+            self.poll()
+            return len(set(self.urls)) >= count
+
+        wait_until(enough, timeout=timeout, what=what)
+
+    def settle(self) -> None:
+        """A short bounded look for late duplicates."""
+        for _ in range(10):
+            self.poll(0.2)
+
+    def duplicates(self) -> int:
+        return sum(n - 1 for n in Counter(self.urls).values())
+
+    def close(self) -> None:
+        self._reader.close()
+
+
+def politeness_failures(fleet: SiteFleet, delay: float, concurrency: int, tolerance: float = 0.03) -> list[str]:
+    failures = []
+    for site in fleet.sites:
+        gap = site.min_gap()
+        if gap is not None and gap < delay - tolerance:
+            failures.append(f"{site.host}: two requests {gap:.3f}s apart (delay {delay})")
+        if site.max_active > concurrency:
+            failures.append(f"{site.host}: {site.max_active} concurrent requests (cap {concurrency})")
+    return failures
+
+
+def longest_silence_after(fleet: SiteFleet, t: float) -> float:
+    """The longest time any site went without a request after ``t`` (up to its last request)."""
+    longest = 0.0
+    for site in fleet.sites:
+        starts = sorted([t] + [h.start for h in site.hits if h.start > t])
+        longest = max(longest, *(b - a for a, b in itertools.pairwise(starts)), 0.0)
+    return longest
