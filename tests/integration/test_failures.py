@@ -66,19 +66,20 @@ def test_worker_kill9_leases_come_back(bootstrap: str, tmp_path: Path) -> None:
     try:
         stack.create_topics()
         stack.start_frontier()
-        stack.start_worker("w1", concurrency=4)
-        stack.start_worker("w2", concurrency=4)
+        stack.start_worker("w1", concurrency=4)  # alone: every lease in flight is in this worker
         urls = fleet.all_urls()
         submit(stack, urls)
         pages = Pages(stack)
         pages.wait_for(6, timeout=90, what="the crawl to be under way")
-        stack.stop("w1", sig=signal.SIGKILL)
-        pages.wait_for(len(urls), timeout=150, what="the surviving worker to finish the crawl")
+        stack.stop("w1", sig=signal.SIGKILL)  # dies mid-fetch, holding leases
+        stack.start_worker("w2", concurrency=4)
+        pages.wait_for(len(urls), timeout=150, what="the new worker to finish the crawl")
         pages.settle()
         fetched_twice = sum(len([h for h in s.hits if h.path != "/robots.txt"]) for s in fleet.sites) - len(urls)
         print(f"[worker kill -9] urls={len(urls)} lost={len(set(urls) - set(pages.urls))} "
               f"duplicate_pages={pages.duplicates()} refetches_seen_by_sites={fetched_twice}")  # fmt: skip
         assert set(pages.urls) == set(urls), "nothing lost"
+        assert fetched_twice >= 1, "the killed worker held no lease: the scenario was not exercised"
         assert not politeness_failures(fleet, 0.1, 2)
     finally:
         if pages is not None:
