@@ -20,7 +20,7 @@ import socket
 import subprocess
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 KAFKA_VERSION = os.environ.get("CRAWL_KAFKA_VERSION", "4.1.1")
@@ -105,13 +105,20 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
 
 @dataclass
 class LocalKafka:
-    """One single-node KRaft broker whose files all live under ``home``."""
+    """One KRaft node (broker + controller) whose files all live under ``home``.
+
+    Alone it is a single-node cluster; with ``voters`` set it is one node of a cluster.
+    """
 
     home: Path
     port: int = 9092
     controller_port: int = 9093
     heap: str = "1g"
     version: str = KAFKA_VERSION
+    node_id: int = 1
+    voters: str = ""  # "1@127.0.0.1:19093,2@...": member of a multi-node quorum
+    cluster_id: str = ""
+    replication: int = 1
 
     @property
     def bootstrap(self) -> str:
@@ -122,22 +129,30 @@ class LocalKafka:
         return self.home / "broker.pid"
 
     def _properties(self, data: Path) -> str:
+        r, isr = self.replication, min(2, self.replication)
+        quorum = (
+            f"controller.quorum.voters={self.voters}"
+            if self.voters
+            else f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}"
+        )
         lines = [
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}",
+            f"node.id={self.node_id}",
+            quorum,
             f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
             "inter.broker.listener.name=PLAINTEXT",
             "controller.listener.names=CONTROLLER",
             "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
             f"log.dirs={data}",
-            "offsets.topic.replication.factor=1",
+            f"default.replication.factor={r}",
+            f"min.insync.replicas={isr}",
+            f"offsets.topic.replication.factor={r}",
             "offsets.topic.num.partitions=8",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
+            f"transaction.state.log.replication.factor={r}",
+            f"transaction.state.log.min.isr={isr}",
+            f"share.coordinator.state.topic.replication.factor={r}",
+            f"share.coordinator.state.topic.min.isr={isr}",
             "group.initial.rebalance.delay.ms=0",
             "num.network.threads=2",
             "num.io.threads=2",
@@ -158,9 +173,18 @@ class LocalKafka:
 
     def up(self, timeout: float = 120.0) -> str:
         """Start the broker unless it already runs; return the bootstrap address when ready."""
+        proc = self.start()
+        try:
+            self.wait_ready(timeout, proc)
+        except KafkaError:
+            self.down()
+            raise
+        return self.bootstrap
+
+    def start(self) -> subprocess.Popen[bytes] | None:
+        """Launch the node (formatting its storage on first use); None if it already runs."""
         if self.running_pid() is not None:
-            self.wait_ready(timeout)
-            return self.bootstrap
+            return None
         for p in (self.port, self.controller_port):
             if port_open(p):
                 raise KafkaError(f"port {p} is already in use by another process")
@@ -177,22 +201,18 @@ class LocalKafka:
         classpath = f"{libs}/*"
         base = [java, f"-Dkafka.logs.dir={logs}", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
         if not (data / "meta.properties").exists():
-            fmt = subprocess.run(
-                [*base, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(props), "--standalone"],
-                capture_output=True, text=True, check=False,
-            )  # fmt: skip
+            fmt_args = ["format", "-t", self.cluster_id or _cluster_id(), "-c", str(props)]
+            if not self.voters:
+                fmt_args.append("--standalone")
+            fmt = subprocess.run([*base, "kafka.tools.StorageTool", *fmt_args], capture_output=True, text=True,
+                                 check=False)  # fmt: skip
             if fmt.returncode != 0:
                 raise KafkaError(f"storage format failed: {fmt.stdout}{fmt.stderr}")
         cmd = [java, "-Xms256m", f"-Xmx{self.heap}", *JVM_FLAGS, *base[1:], "kafka.Kafka", str(props)]
         with open(logs / "stdout.log", "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.pid_file.write_text(str(proc.pid))
-        try:
-            self.wait_ready(timeout, proc)
-        except KafkaError:
-            self.down()
-            raise
-        return self.bootstrap
+        return proc
 
     def wait_ready(self, timeout: float, proc: subprocess.Popen[bytes] | None = None) -> None:
         """Poll until the broker answers a metadata request (it is then unfenced)."""
@@ -235,10 +255,75 @@ class LocalKafka:
             os.killpg(pid, signal.SIGKILL)
 
 
+@dataclass
+class KafkaCluster:
+    """Several KRaft nodes on one host (one quorum; replication 3, min ISR 2 by default)."""
+
+    home: Path
+    ports: list[int]
+    controller_ports: list[int]
+    heap: str = "768m"
+    nodes: list[LocalKafka] = field(init=False)
+
+    def __post_init__(self) -> None:
+        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, c in enumerate(self.controller_ports))
+        id_file = self.home / "cluster.id"
+        if id_file.exists():
+            cid = id_file.read_text().strip()
+        else:
+            cid = _cluster_id()
+            self.home.mkdir(parents=True, exist_ok=True)
+            id_file.write_text(cid)
+        self.nodes = [
+            LocalKafka(
+                home=self.home / f"node-{i + 1}",
+                port=p,
+                controller_port=c,
+                heap=self.heap,
+                node_id=i + 1,
+                voters=voters,
+                cluster_id=cid,
+                replication=min(3, len(self.ports)),
+            )
+            for i, (p, c) in enumerate(zip(self.ports, self.controller_ports, strict=True))
+        ]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(n.bootstrap for n in self.nodes)
+
+    def running(self) -> bool:
+        return any(n.running_pid() is not None for n in self.nodes)
+
+    def up(self, timeout: float = 180.0) -> str:
+        """Start every node at once (a quorum needs a majority), then wait for each to be ready."""
+        procs = [n.start() for n in self.nodes]
+        try:
+            for node, proc in zip(self.nodes, procs, strict=True):
+                node.wait_ready(timeout, proc)
+        except KafkaError:
+            self.down()
+            raise
+        return self.bootstrap
+
+    def down(self) -> bool:
+        return any([n.down() for n in self.nodes])
+
+
 def default_broker() -> LocalKafka:
     """The broker that ``crawl-frontier kafka up`` manages (ports 9092/9093 unless overridden)."""
     return LocalKafka(
         home=STATE_DIR / "kafka",
         port=int(os.environ.get("CRAWL_KAFKA_PORT", "9092")),
         controller_port=int(os.environ.get("CRAWL_KAFKA_CONTROLLER_PORT", "9093")),
+    )
+
+
+def default_cluster(nodes: int = 3) -> KafkaCluster:
+    """The cluster that ``crawl-frontier kafka up --nodes N`` manages: ports 9092, 9192, 9292, ..."""
+    base = int(os.environ.get("CRAWL_KAFKA_PORT", "9092"))
+    return KafkaCluster(
+        home=STATE_DIR / f"kafka-{nodes}nodes",
+        ports=[base + 100 * i for i in range(nodes)],
+        controller_ports=[base + 100 * i + 1 for i in range(nodes)],
     )

@@ -25,17 +25,27 @@ def _config(args: argparse.Namespace) -> Config:
 
 
 def cmd_kafka(args: argparse.Namespace) -> int:
-    from deploy.kafka import KafkaError, default_broker
+    from deploy.kafka import KafkaError, default_broker, default_cluster
 
     broker = default_broker()
+    cluster = default_cluster(args.nodes) if args.nodes > 1 else None
     try:
         if args.action == "up":
-            was_running = broker.running_pid() is not None
-            bootstrap = broker.up()
+            if cluster is not None:
+                was_running = cluster.running()
+                bootstrap = cluster.up()
+            else:
+                was_running = broker.running_pid() is not None
+                bootstrap = broker.up()
             print(f"kafka {'already running' if was_running else 'started'} at {bootstrap}")
         elif args.action == "down":
-            print("kafka stopped" if broker.down() else "kafka was not running (nothing started by us)")
+            stopped = cluster.down() if cluster is not None else broker.down()
+            print("kafka stopped" if stopped else "kafka was not running (nothing started by us)")
         else:
+            if cluster is not None:
+                pids = [n.running_pid() for n in cluster.nodes]
+                print(f"kafka nodes at {cluster.bootstrap}: pids {pids}")
+                return 0 if all(pids) else 1
             pid = broker.running_pid()
             print(f"kafka running at {broker.bootstrap} (pid {pid})" if pid else "kafka not running")
             return 0 if pid else 1
@@ -211,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     k = sub.add_parser("kafka", help="start/stop the local single-node Kafka broker")
     k.add_argument("action", choices=["up", "down", "status"])
+    k.add_argument("--nodes", type=int, default=1, help="3: a three-node KRaft cluster (ports 9092, 9192, 9292)")
     k.set_defaults(func=cmd_kafka)
 
     t = sub.add_parser("topics", help="create every topic (idempotent)")

@@ -52,6 +52,7 @@ class Stack:
     workdir: Path
     prefix: str = field(default_factory=lambda: f"t{uuid.uuid4().hex[:8]}.")
     partitions: int = 4
+    replication: int = 1
     throttle: dict[str, Any] = field(default_factory=dict)
     frontier: dict[str, Any] = field(default_factory=dict)
     # local test sites live on loopback, which workers refuse unless told otherwise
@@ -66,14 +67,14 @@ class Stack:
             render_config(
                 {
                     "kafka": {"bootstrap": self.bootstrap},
-                    "topics": {"prefix": self.prefix, "partitions": self.partitions},
+                    "topics": {"prefix": self.prefix, "partitions": self.partitions, "replication": self.replication},
                     "frontier": {"app_id": self.app_id, "state_dir": str(self.workdir / "state"), **self.frontier},
                     "throttle": self.throttle,
                     "worker": self.worker,
                 }
             )
         )
-        self.topics = Topics(prefix=self.prefix, partitions=self.partitions)
+        self.topics = Topics(prefix=self.prefix, partitions=self.partitions, replication=self.replication)
 
     @property
     def client(self) -> dict[str, str]:

@@ -46,6 +46,7 @@ def test_frontier_kill9_another_instance_takes_over(bootstrap: str, tmp_path: Pa
               f"min_gaps={[round(s.min_gap() or 0, 3) for s in fleet.sites]}")  # fmt: skip
         assert set(pages.urls) == set(urls), "nothing lost"
         assert not politeness_failures(fleet, DELAY, 1), "no burst after the takeover"
+
         def survivor_owns_everything() -> bool:
             return [len(s.partitions) for s in read_status(stack.client, stack.topics.status, max_age=6)] == [4]
 
