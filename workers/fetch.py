@@ -74,6 +74,8 @@ async def fetch(
                 result.body = b"".join(chunks)[:max_body]
     except TimeoutError:
         result.error = "timeout"
+    except (aiohttp.ClientSSLError, aiohttp.ClientConnectorCertificateError):
+        result.error = "tls"  # before ClientConnectorError: they subclass it
     except aiohttp.ClientConnectorError:
         result.error = "connect"
     except (aiohttp.ServerDisconnectedError, ConnectionResetError):
@@ -84,8 +86,8 @@ async def fetch(
         result.error = "blocked_address"
     except aiohttp.TooManyRedirects:
         result.error = "redirects"
-    except aiohttp.ClientResponseError as exc:
-        result.error = f"bad_response:{exc.status}"
+    except aiohttp.ClientResponseError:
+        result.error = "bad_response"  # malformed status line or headers, oversized headers
     except (aiohttp.ClientError, ValueError, UnicodeError) as exc:
         result.error = f"client:{type(exc).__name__}"
     if result.error and not result.latency:
