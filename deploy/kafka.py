@@ -119,6 +119,8 @@ class LocalKafka:
     voters: str = ""  # "1@127.0.0.1:19093,2@...": member of a multi-node quorum
     cluster_id: str = ""
     replication: int = 1
+    sasl_port: int = 0  # > 0: also listen with SASL_PLAINTEXT (mechanism PLAIN) for ``sasl_users``
+    sasl_users: dict[str, str] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
@@ -135,15 +137,28 @@ class LocalKafka:
             if self.voters
             else f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}"
         )
+        listeners = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+        protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
+        sasl: list[str] = []
+        if self.sasl_port:
+            listeners += f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+            protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
+            users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users.items())
+            sasl = [
+                "sasl.enabled.mechanisms=PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config="
+                f"org.apache.kafka.common.security.plain.PlainLoginModule required {users};",
+            ]
         lines = [
             "process.roles=broker,controller",
             f"node.id={self.node_id}",
             quorum,
-            f"listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
+            f"listeners={listeners}",
+            f"advertised.listeners={listeners}",
             "inter.broker.listener.name=PLAINTEXT",
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"listener.security.protocol.map={protocols}",
+            *sasl,
             f"log.dirs={data}",
             f"default.replication.factor={r}",
             f"min.insync.replicas={isr}",

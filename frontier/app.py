@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,11 +26,35 @@ from topics.schemas import FeedbackBatch, SchemaError, UrlBatch, decode
 log = logging.getLogger("frontier")
 
 
+def faust_credentials(extra: Mapping[str, str]) -> Any:
+    """faust's credentials for the librdkafka-style settings in ``kafka.extra`` (SASL/SSL), or None.
+
+    Secrets go straight into the credentials object; they are never logged.
+    """
+    protocol = extra.get("security.protocol", "PLAINTEXT").upper()
+    context = None
+    if protocol in ("SSL", "SASL_SSL"):
+        context = ssl.create_default_context(cafile=extra.get("ssl.ca.location"))
+        if "ssl.certificate.location" in extra:
+            context.load_cert_chain(extra["ssl.certificate.location"], extra.get("ssl.key.location"),
+                                    extra.get("ssl.key.password"))  # fmt: skip
+    if protocol in ("SASL_PLAINTEXT", "SASL_SSL"):
+        mechanism = extra.get("sasl.mechanism", extra.get("sasl.mechanisms", "PLAIN"))
+        return faust.SASLCredentials(username=extra.get("sasl.username"), password=extra.get("sasl.password"),
+                                     mechanism=mechanism, ssl_context=context)  # fmt: skip
+    if protocol == "SSL":
+        return faust.SSLCredentials(context)
+    if protocol != "PLAINTEXT":
+        raise ValueError(f"kafka.extra.security.protocol: unsupported {protocol!r}")
+    return None
+
+
 def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
     t = cfg.topics
     app = faust.App(
         cfg.frontier.app_id,
-        broker=f"kafka://{cfg.kafka.bootstrap}",
+        broker=[f"kafka://{server.strip()}" for server in cfg.kafka.bootstrap.split(",")],
+        broker_credentials=faust_credentials(cfg.kafka.extra),
         store="memory://",
         topic_partitions=t.partitions,
         topic_replication_factor=t.replication,

@@ -27,10 +27,15 @@ def _toml(value: Any) -> str:
     if isinstance(value, str):
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + "}"
+        return "{" + ", ".join(f"{_key(k)} = {_toml(v)}" for k, v in value.items()) + "}"
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     return repr(value)
+
+
+def _key(key: str) -> str:
+    """A TOML key: bare when it can be, quoted otherwise (``"security.protocol"``)."""
+    return key if key.replace("_", "").replace("-", "").isalnum() else _toml(key)
 
 
 def render_config(data: dict[str, Any]) -> str:
@@ -55,6 +60,7 @@ class Stack:
     replication: int = 1
     throttle: dict[str, Any] = field(default_factory=dict)
     frontier: dict[str, Any] = field(default_factory=dict)
+    kafka_extra: dict[str, str] = field(default_factory=dict)  # e.g. SASL settings for every client
     # local test sites live on loopback, which workers refuse unless told otherwise
     worker: dict[str, Any] = field(default_factory=lambda: {"allow_networks": ["127.0.0.0/8"]})
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
@@ -66,7 +72,7 @@ class Stack:
         self.config_path.write_text(
             render_config(
                 {
-                    "kafka": {"bootstrap": self.bootstrap},
+                    "kafka": {"bootstrap": self.bootstrap, **({"extra": self.kafka_extra} if self.kafka_extra else {})},
                     "topics": {"prefix": self.prefix, "partitions": self.partitions, "replication": self.replication},
                     "frontier": {"app_id": self.app_id, "state_dir": str(self.workdir / "state"), **self.frontier},
                     "throttle": self.throttle,
@@ -78,7 +84,8 @@ class Stack:
 
     @property
     def client(self) -> dict[str, str]:
-        return {"bootstrap.servers": self.bootstrap, "log_level": "4"}  # librdkafka: warnings and worse
+        # librdkafka: warnings and worse
+        return {"bootstrap.servers": self.bootstrap, "log_level": "4", **self.kafka_extra}
 
     def create_topics(self) -> None:
         create_all(self.client, self.topics)
