@@ -145,6 +145,7 @@ class FrontierConfig:
     lease_grace: float = 10.0  # extra time before a silent lease is presumed lost
     max_retries: int = 4  # re-fetches after a network error, 429 or 5xx
     max_inflight: int = 2000  # jobs in flight per partition (bounds worker lag)
+    standby_replicas: int = 0  # 1: keep a warm copy of every partition this instance does not own
     dispatch_lead: float = 0.1  # send a job this much before its slot; the worker holds it until not_before
     robots_obey: bool = True  # fetch robots.txt before a host's first page and obey it
     robots_ttl: float = 86400.0  # seconds a fetched robots.txt stays valid
@@ -160,6 +161,8 @@ class FrontierConfig:
             raise ConfigError("frontier.max_retries: must be >= 0")
         if self.max_inflight < 1:
             raise ConfigError("frontier.max_inflight: must be >= 1")
+        if self.standby_replicas not in (0, 1):
+            raise ConfigError("frontier.standby_replicas: must be 0 or 1")
 
 
 @dataclass(frozen=True)

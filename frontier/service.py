@@ -25,6 +25,7 @@ from confluent_kafka import Message
 from frontier.config import Config
 from frontier.kafka_io import AsyncProducer, producer_conf
 from frontier.partition import PartitionFrontier
+from frontier.standby import Standby
 from frontier.state import changelog_end, close_partition, db_path, open_partition
 from frontier.store import RocksKV
 from topics.schemas import FeedbackBatch, Page, Rejected, Status, UrlBatch, encode
@@ -60,6 +61,9 @@ class FrontierService:
         self._producer: AsyncProducer | None = None
         self.running = False
         self.instance = f"{socket.gethostname()}-{os.getpid()}"
+        self.standby: Standby | None = None
+        if cfg.frontier.standby_replicas:
+            self.standby = Standby(self.client, self.topics.state, cfg.frontier.state_dir, cfg.frontier.app_id)
 
     @property
     def producer(self) -> AsyncProducer:
@@ -72,9 +76,14 @@ class FrontierService:
         for p in sorted(partitions):
             if p not in self._owned and p not in self._restoring:
                 self._restoring[p] = asyncio.ensure_future(self._open(p))
+        if self.standby is not None:
+            for p in set(range(self.topics.partitions)) - partitions - set(self._owned):
+                self.standby.add(p)
 
     async def _open(self, p: int) -> None:
         started = time.monotonic()
+        if self.standby is not None:
+            await asyncio.to_thread(self.standby.release, p)  # its warm copy becomes the active store
         path = db_path(self.cfg.frontier.state_dir, self.cfg.frontier.app_id, p)
         try:
             kv, replayed = await asyncio.to_thread(open_partition, path, self.client, self.topics.state, p)
@@ -108,10 +117,14 @@ class FrontierService:
             end = await asyncio.to_thread(changelog_end, self.client, self.topics.state, p)
             close_partition(owned.kv, end)
             log.info("partition %d closed cleanly at changelog offset %d", p, end)
+            if self.standby is not None and self.running:
+                self.standby.add(p)
 
     async def close(self) -> None:
         self.running = False
         await self.on_revoked(set(self._owned))
+        if self.standby is not None:
+            await asyncio.to_thread(self.standby.close)
         self.producer.send_nowait(self.topics.status, None, key=self.instance.encode())  # gone: tombstone
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close)

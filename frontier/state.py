@@ -2,10 +2,10 @@
 and close it cleanly so the next owner knows how far the local copy can be trusted.
 
 Recovery rule (as faust's RocksDB store does, made stricter): the local database is trusted only
-if it was closed cleanly, in which case it records the changelog offset it is complete up to and
-only newer changelog records are replayed. After a crash the local files are wiped and the
-partition is rebuilt from the whole (compacted) changelog, so nothing that was never
-acknowledged by Kafka survives locally and diverges.
+if it was closed cleanly or kept as a standby copy (see ``frontier.standby``), in which case it
+records the changelog offset it is complete up to and only newer changelog records are replayed.
+After a crash the local files are wiped and the partition is rebuilt from the whole (compacted)
+changelog, so nothing that was never acknowledged by Kafka survives locally and diverges.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from frontier.store import META, RocksKV
 log = logging.getLogger(__name__)
 
 CLEAN_KEY = META + b"clean-offset"  # present only while the database is closed cleanly
+STANDBY_KEY = META + b"standby-offset"  # a standby copy: only changelog records, applied up to here
 
 
 def db_path(state_dir: str | Path, app_id: str, partition: int) -> Path:
@@ -37,10 +38,11 @@ def open_partition(path: Path, client_conf: dict[str, Any], topic: str, partitio
     start: int = OFFSET_BEGINNING
     if path.exists():
         kv = RocksKV(path)
-        marker = kv.get(CLEAN_KEY)
+        marker = kv.get(CLEAN_KEY) or kv.get(STANDBY_KEY)
         if marker is not None:
             start = int(marker) + 1
             kv.delete(CLEAN_KEY)  # from now on the local copy is "dirty" until closed cleanly
+            kv.delete(STANDBY_KEY)
         else:
             kv.close()
             RocksKV.destroy(path)

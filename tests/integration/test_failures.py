@@ -2,11 +2,16 @@
 a worker (its leases come back). Nothing may be lost; politeness must hold throughout, judged
 by the sites' own logs. Figures are printed for the record (duplicates, recovery time)."""
 
+import re
 import signal
 import time
 from pathlib import Path
 
+import pytest
+from confluent_kafka import Consumer
+
 from frontier.demo_sites import SiteFleet
+from frontier.kafka_io import watermarks
 from frontier.stack import Stack, wait_until
 from frontier.status import read_status
 from tests.integration.helpers import Pages, longest_silence_after, politeness_failures, submit
@@ -15,9 +20,20 @@ DELAY = 0.3
 THROTTLE = {"delay": DELAY, "concurrency": 1, "autothrottle": {"start_delay": 0}}
 
 
-def test_frontier_kill9_another_instance_takes_over(bootstrap: str, tmp_path: Path) -> None:
-    fleet = SiteFleet(4, pages=15, latency=0.02, first_octet=70).start()
-    stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle=THROTTLE)
+def replayed_on_takeover(log: str, partitions: set[int]) -> dict[int, int]:
+    """Changelog records replayed when each of ``partitions`` last became ready in ``log``."""
+    found = {}
+    for m in re.finditer(r"partition (\d+) ready: (\d+) changelog records replayed", log):
+        if int(m.group(1)) in partitions:
+            found[int(m.group(1))] = int(m.group(2))
+    return found
+
+
+@pytest.mark.parametrize("standby", [0, 1])
+def test_frontier_kill9_another_instance_takes_over(bootstrap: str, tmp_path: Path, standby: int) -> None:
+    fleet = SiteFleet(4, pages=15, latency=0.02, first_octet=70 if standby else 74).start()
+    stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle=THROTTLE,
+                  frontier={"standby_replicas": standby})  # fmt: skip
     pages = None
     try:
         stack.create_topics()
@@ -36,14 +52,26 @@ def test_frontier_kill9_another_instance_takes_over(bootstrap: str, tmp_path: Pa
         submit(stack, urls)
         pages = Pages(stack)
         pages.wait_for(len(urls) // 3, timeout=90, what="the crawl to be under way")
+        victim = {
+            s.instance.rsplit("-", 1)[1]: set(s.partitions) for s in read_status(stack.client, stack.topics.status)
+        }
+        taken_over = victim[str(stack.procs["f1"].pid)]
         killed_at = time.time()
         stack.stop("f1", sig=signal.SIGKILL)
         pages.wait_for(len(urls), timeout=150, what="the surviving instance to finish the crawl")
         pages.settle()
         silence = longest_silence_after(fleet, killed_at)
-        print(f"[frontier kill -9] urls={len(urls)} lost={len(set(urls) - set(pages.urls))} "
+        replayed = replayed_on_takeover(stack.log("f2"), taken_over)
+        consumer = Consumer({**stack.client, "group.id": "sizes"})
+        sizes = {p: watermarks(consumer, stack.topics.state, p)[1] for p in taken_over}
+        consumer.close()
+        print(f"[frontier kill -9, standby={standby}] urls={len(urls)} lost={len(set(urls) - set(pages.urls))} "
               f"duplicates={pages.duplicates()} longest_site_silence_after_kill={silence:.1f}s "
+              f"replayed_on_takeover={replayed} changelog_sizes={sizes} "
               f"min_gaps={[round(s.min_gap() or 0, 3) for s in fleet.sites]}")  # fmt: skip
+        assert replayed.keys() == taken_over, "the survivor restored every partition of the dead instance"
+        if standby:
+            assert sum(replayed.values()) < 0.25 * sum(sizes.values()), "a standby replays only the tail"
         assert set(pages.urls) == set(urls), "nothing lost"
         assert not politeness_failures(fleet, DELAY, 1), "no burst after the takeover"
 
