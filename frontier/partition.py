@@ -355,7 +355,7 @@ class PartitionFrontier:
 
     def _store_robots(self, host: str, fb: Feedback, now: float) -> None:
         status = 0 if fb.error else fb.status
-        record = RobotsRecord(status=status, body=fb.body, fetched_at=now)
+        record = RobotsRecord(status=status, body=fb.body, fetched_at=now, error=fb.error)
         self._put(_ROBOTS + host.encode(), _enc.encode(record))
         rules = Rules(record, self._agent)
         self._rules[host] = rules

@@ -5,6 +5,8 @@ throttling. Pure: the fetched text and its HTTP status come in; no I/O here.
   become the scope's minimum delay (garbage, zero, NaN and negatives ignored).
 - 4xx: no rules (allow everything).
 - 5xx or a network error: everything is disallowed until a later retry (RFC 9309 §2.3.1.4).
+- a permanent error (TLS, blocked address, malformed response): no rules; the pages will fail
+  the same way and be reported with that error.
 """
 
 from __future__ import annotations
@@ -16,15 +18,18 @@ from functools import cached_property
 import msgspec
 from protego import Protego
 
+from topics.schemas import NETWORK_ERRORS
+
 MAX_ROBOTS_BYTES = 500 * 1024  # RFC 9309: parse at least the first 500 KiB
 
 
 class RobotsRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     """What is stored per host: the raw answer, so rules can be re-derived at any time."""
 
-    status: int = 0  # 0: network error
+    status: int = 0  # 0: no response (see error)
     body: bytes = b""
     fetched_at: float = 0.0
+    error: str = ""  # the fetch's error kind, if any
 
 
 @dataclass(frozen=True)
@@ -34,8 +39,15 @@ class Rules:
 
     @property
     def unavailable(self) -> bool:
-        """5xx / network error: assume complete disallow."""
-        return self.record.status == 0 or self.record.status >= 500
+        """5xx or a network error: assume complete disallow (and retry later).
+
+        A permanent failure (TLS, a blocked address, a malformed response) is not "unreachable"
+        in RFC 9309's sense: the pages would fail the same way, so they are let through to be
+        reported with that error rather than held back forever.
+        """
+        if self.record.status >= 500:
+            return True
+        return self.record.status == 0 and (not self.record.error or self.record.error in NETWORK_ERRORS)
 
     @cached_property
     def _parser(self) -> Protego | None:

@@ -9,7 +9,19 @@ from hypothesis import strategies as st
 from frontier.headers import http_date, ratelimit, retry_after
 from frontier.robots import RobotsRecord, Rules
 from frontier.urls import Rejection, canonicalize, parse_input
-from topics.schemas import Page, UrlItem, decode, encode
+from topics.schemas import (
+    Feedback,
+    FeedbackBatch,
+    Job,
+    Page,
+    Rejected,
+    ScopeStatus,
+    Status,
+    UrlBatch,
+    UrlItem,
+    decode,
+    encode,
+)
 
 NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC).timestamp()
 header_text = st.text(max_size=80) | st.sampled_from(["0", "7", " 7 ", "-1", "1e3", "Fri, 21 Aug 2026 12:02:00 GMT"])
@@ -80,3 +92,81 @@ def test_codec_round_trip(text: str, priority: int, meta: dict[str, int]) -> Non
     assert decode(encode(item), UrlItem) == item
     page = Page(url=item.url, body=text.encode(), meta=meta)
     assert decode(encode(page), Page) == page
+
+
+items = st.builds(
+    UrlItem,
+    url=st.text(max_size=40),
+    host=st.text(max_size=20),
+    domain=st.text(max_size=20),
+    priority=st.integers(-(2**31), 2**31 - 1),
+    follow=st.integers(0, 5),
+    scopes=st.lists(st.text(max_size=8)),
+    cost=st.floats(0, 1e6),
+    attempts=st.integers(0, 10),
+)
+floats = st.floats(allow_nan=False, allow_infinity=False)
+feedback = st.builds(
+    Feedback,
+    lease=st.text(max_size=32),
+    host=st.text(max_size=20),
+    domain=st.text(max_size=20),
+    url=st.text(max_size=40),
+    outcome=st.sampled_from(["fetched", "error", "retry", "expired"]),
+    status=st.integers(0, 999),
+    latency=floats,
+    sent_at=floats,
+    error=st.text(max_size=10),
+    headers=st.dictionaries(st.text(max_size=10), st.text(max_size=20)),
+    body=st.binary(max_size=50),
+)
+messages = st.one_of(
+    st.builds(UrlBatch, items=st.lists(items, max_size=3)),
+    st.builds(
+        Job,
+        lease=st.text(max_size=32),
+        kind=st.sampled_from(["page", "robots"]),
+        item=items,
+        not_before=floats,
+        expires_at=floats,
+        min_gap=floats,
+        timeout=floats,
+        retries_left=st.integers(0, 9),
+    ),
+    st.builds(FeedbackBatch, items=st.lists(feedback, max_size=3)),
+    st.builds(
+        Rejected,
+        reason=st.text(max_size=30),
+        original=st.binary(max_size=100),
+        topic=st.text(max_size=10),
+        partition=st.integers(-1, 100),
+        offset=st.integers(-1, 2**40),
+    ),
+    st.builds(
+        Status,
+        instance=st.text(max_size=10),
+        at=floats,
+        partitions=st.lists(st.integers(0, 64)),
+        totals=st.dictionaries(st.text(max_size=8), st.integers()),
+        scopes=st.lists(
+            st.builds(
+                ScopeStatus,
+                scope=st.text(max_size=10),
+                queued=st.integers(0),
+                inflight=st.integers(0),
+                delay=floats,
+                concurrency=st.integers(1),
+                gate_until=floats,
+                backoff=floats,
+                reason=st.text(max_size=10),
+                wait_until=st.none() | floats,
+            ),
+            max_size=2,
+        ),
+    ),
+)
+
+
+@given(messages)
+def test_every_message_type_round_trips(msg: object) -> None:
+    assert decode(encode(msg), type(msg)) == msg  # type: ignore[arg-type]

@@ -143,3 +143,10 @@ def test_delay_changes_are_reported_with_their_cause() -> None:
     assert "gate until +30s" in changes[-1][3] and "Retry-After" in changes[-1][3]
     [row] = f.scope_rows(0.2)
     assert row.gate_until == pytest.approx(30.1) and row.backoff == 1.0 and row.queued == 1
+
+
+def test_a_permanent_robots_error_lets_pages_through_to_fail_visibly() -> None:
+    f = frontier({}, ROBOTS, POLITE)
+    f.ingest([item("https://badcert.test/a")], 0.0)
+    done(f, f.dispatch(0.0).jobs[0], 0.1, error="tls")
+    assert [j.item.url for j in f.dispatch(1.0).jobs] == ["https://badcert.test/a"]

@@ -17,10 +17,16 @@ from frontier.urls import Rejection, canonicalize, parse_input, registrable_doma
         ("http://bücher.example/", "http://xn--bcher-kva.example/", "xn--bcher-kva.example"),
         ("http://127.0.0.11:8000/page/1", "http://127.0.0.11:8000/page/1", "127.0.0.11"),
         ("  http://example.com/  ", "http://example.com/", "example.com"),
+        # invalid percent-encoding: kept as is in the path (as browsers do), escaped in the query
+        ("http://a.com/%zz", "http://a.com/%zz", "a.com"),
+        ("http://a.com/%", "http://a.com/%", "a.com"),
+        ("http://a.com/?q=%zz&b=1", "http://a.com/?b=1&q=%25zz", "a.com"),
+        ("http://a.com/%7e%7E", "http://a.com/~~", "a.com"),
     ],
 )
 def test_canonicalize(raw: str, canonical: str, host: str) -> None:
     assert canonicalize(raw) == (canonical, host)
+    assert canonicalize(canonical) == (canonical, host)  # a canonical form is stable
 
 
 def test_equivalent_urls_share_one_canonical_form() -> None:

@@ -149,6 +149,10 @@ class FetchWorker:
         last_commit = time.monotonic()
         try:
             async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+                # aiohttp silently re-sends a request when a reused keep-alive connection was
+                # closed: a second request the frontier never scheduled. Only the frontier may
+                # decide to retry (no public switch; tests/integration/test_hostile.py guards it).
+                session._retry_connection = False
                 while not self._stop.is_set():
                     if len(tasks) >= self.concurrency * 4:
                         await asyncio.wait(tasks, timeout=0.1, return_when=asyncio.FIRST_COMPLETED)
