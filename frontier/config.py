@@ -151,6 +151,7 @@ class FrontierConfig:
     robots_ttl: float = 86400.0  # seconds a fetched robots.txt stays valid
     robots_retry: float = 60.0  # after a 5xx/network error (everything disallowed), retry this much later
     debug_throttle: bool = False  # log every delay change of every scope with its cause
+    status_interval: float = 2.0  # seconds between status snapshots on crawl.frontier.status
     web_port: int = 0  # faust web server port; 0 disables it
 
     def validate(self) -> None:

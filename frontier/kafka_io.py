@@ -131,6 +131,28 @@ class AsyncProducer:
 
         self._produce(topic, value, key, partition, done)
 
+    def send_bare(
+        self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None
+    ) -> None:
+        """Produce with no delivery callback at all (cheapest; see FrontierService._mark)."""
+        kwargs: dict[str, Any] = {}
+        if key is not None:
+            kwargs["key"] = key
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self._producer.produce(topic, value, **kwargs)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+
+    def raise_errors(self) -> None:
+        """Raise if any record produced with ``send_nowait`` failed."""
+        if self._errors:
+            errors, self._errors = self._errors, []
+            raise DeliveryError("; ".join(errors[:5]))
+
     async def flush(self, timeout: float = 60.0) -> None:
         """Wait until every record produced so far is delivered; raise if any failed."""
         remaining = await asyncio.to_thread(self._producer.flush, timeout)

@@ -28,9 +28,9 @@ twice (at least once), never a URL dropped.
 from __future__ import annotations
 
 import heapq
+import os
 import random
 import struct
-import uuid
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -54,6 +54,7 @@ _PRIO = struct.Struct(">IQ")
 _MAX_PRIO = 2**31 - 1
 SEP = "\x1f"  # between the scopes of a queue id
 ROBOTS_CACHE = 10_000
+STATE_CACHE = 50_000  # scope states kept decoded in memory (bounded: RSS must not grow with domains)
 
 
 class Lease(msgspec.Struct, kw_only=True):
@@ -118,6 +119,10 @@ class PartitionFrontier:
         self._rules: OrderedDict[str, Rules] = OrderedDict()
         self.inflight = 0
         self._seq = 0
+        # lease ids: 64 random bits per incarnation + a counter (unique without uuid4's cost)
+        self._lease_prefix = os.urandom(8).hex()
+        self._lease_seq = 0
+        self._states: OrderedDict[str, policy.ScopeState] = OrderedDict()  # LRU cache over H<scope>
 
     # -- scopes -------------------------------------------------------------------------------
     def scopes_of(self, item: UrlItem) -> list[str]:
@@ -131,14 +136,27 @@ class PartitionFrontier:
         return self.throttle.for_scope(scope.rsplit("#", 1)[-1])
 
     def _state(self, scope: str) -> policy.ScopeState:
+        state = self._states.get(scope)
+        if state is not None:
+            self._states.move_to_end(scope)
+            return state
         raw = self.kv.get(_STATE + scope.encode())
-        return _state_dec.decode(raw) if raw is not None else policy.ScopeState()
+        state = _state_dec.decode(raw) if raw is not None else policy.ScopeState()
+        self._cache_state(scope, state)
+        return state
+
+    def _cache_state(self, scope: str, state: policy.ScopeState) -> None:
+        self._states[scope] = state
+        self._states.move_to_end(scope)
+        if len(self._states) > STATE_CACHE:
+            self._states.popitem(last=False)
 
     def _apply(self, scope: str, event: policy.Event, now: float) -> None:
         s = self.scope_settings(scope)
         old = self._state(scope)
         new = policy.apply(old, event, now, s)
         self._put(_STATE + scope.encode(), _enc.encode(new))
+        self._cache_state(scope, new)
         if self.on_change is not None:
             before, after = policy.delay(old, s), policy.delay(new, s)
             if abs(before - after) > 1e-9 or new.gate_until != old.gate_until:
@@ -299,7 +317,8 @@ class PartitionFrontier:
     def _lease(
         self, item: UrlItem, qkey: bytes, scopes: list[str], now: float, kind: str = "page", not_before: float = 0.0
     ) -> Job:
-        lease_id = uuid.uuid4().hex
+        self._lease_seq += 1
+        lease_id = f"{self._lease_prefix}{self._lease_seq:x}"
         not_before = max(now, not_before)
         expires_at = not_before + self.settings.job_ttl
         deadline = expires_at + self.settings.fetch_timeout + self.settings.lease_grace

@@ -15,9 +15,9 @@ import logging
 import os
 import socket
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from confluent_kafka import Message
@@ -27,10 +27,10 @@ from frontier.kafka_io import AsyncProducer, producer_conf
 from frontier.partition import PartitionFrontier
 from frontier.standby import Standby
 from frontier.state import changelog_end, close_partition, db_path, open_partition
-from frontier.store import RocksKV
+from frontier.store import META, RocksKV
 from topics.schemas import FeedbackBatch, Page, Rejected, Status, UrlBatch, encode
 
-STATUS_INTERVAL = 2.0  # seconds between status snapshots on crawl.frontier.status
+ACK_KEY = META + b"ack"  # marker records closing a run of changelog writes (tombstones; never stored)
 log = logging.getLogger("frontier")
 throttle_log = logging.getLogger("frontier.throttle")
 
@@ -43,9 +43,12 @@ class Ackable(Protocol):
 class _Owned:
     frontier: PartitionFrontier
     kv: RocksKV
-    written: int = 0  # changelog records produced
-    delivered: int = 0  # changelog records acknowledged (delivery is in order per partition)
-    pending_acks: deque[tuple[int, Ackable]] = field(default_factory=deque)
+    dirty: bool = False  # changelog records written since the last marker
+
+
+def _ack_all(events: tuple[Ackable, ...]) -> None:
+    for event in events:
+        event.ack()
 
 
 class FrontierService:
@@ -113,7 +116,6 @@ class FrontierService:
             if owned is None:
                 continue
             await self.producer.flush()
-            self._ack_delivered(owned)
             end = await asyncio.to_thread(changelog_end, self.client, self.topics.state, p)
             close_partition(owned.kv, end)
             log.info("partition %d closed cleanly at changelog offset %d", p, end)
@@ -140,18 +142,27 @@ class FrontierService:
             owned = self._owned.get(p)
             if owned is None:
                 return
-
-            def delivered(_msg: Message, owned: _Owned = owned) -> None:
-                owned.delivered += 1  # runs on the poll thread; an int store is atomic
-
-            owned.written += 1
-            self.producer.send_nowait(topic, value, key=key, partition=p, on_delivery=delivered)
+            owned.dirty = True
+            self.producer.send_bare(topic, value, key=key, partition=p)
 
         return write
 
-    def _ack_delivered(self, owned: _Owned) -> None:
-        while owned.pending_acks and owned.pending_acks[0][0] <= owned.delivered:
-            owned.pending_acks.popleft()[1].ack()
+    def _mark(self, p: int, owned: _Owned, events: tuple[Ackable, ...] = ()) -> None:
+        """Close a run of changelog writes with one marker record; ack ``events`` on its delivery.
+
+        Records carry no delivery callback of their own (a Python call per record is the cost
+        that matters at these rates). The idempotent producer delivers a partition's records in
+        order and without gaps, so the marker's delivery proves every record before it landed,
+        and an earlier failure makes the marker fail too (raised by the dispatch loop).
+        """
+        owned.dirty = False
+        loop = asyncio.get_running_loop()
+
+        def delivered(_msg: Message) -> None:
+            if events:
+                loop.call_soon_threadsafe(_ack_all, events)
+
+        self.producer.send_nowait(self.topics.state, None, key=ACK_KEY, partition=p, on_delivery=delivered)
 
     async def _partition(self, p: int) -> _Owned:
         await self._ready[p].wait()
@@ -161,8 +172,7 @@ class FrontierService:
     async def handle_urls(self, p: int, batch: UrlBatch, event: Ackable) -> None:
         owned = await self._partition(p)
         owned.frontier.ingest(batch.items, self.clock())
-        owned.pending_acks.append((owned.written, event))
-        self._ack_delivered(owned)
+        self._mark(p, owned, (event,))
         self._wake.set()
 
     async def handle_feedback(self, p: int, batch: FeedbackBatch, event: Ackable) -> None:
@@ -170,8 +180,7 @@ class FrontierService:
         now = self.clock()
         for fb in batch.items:
             owned.frontier.feedback(fb, now)
-        owned.pending_acks.append((owned.written, event))
-        self._ack_delivered(owned)
+        self._mark(p, owned, (event,))
         self._wake.set()
 
     async def dead_letter(self, topic: str, partition: int, offset: int, raw: bytes | None, exc: Exception) -> None:
@@ -196,7 +205,8 @@ class FrontierService:
                 page = Page(url=item.url, outcome="disallowed", error="disallowed by robots.txt", meta=item.meta,
                             fetched_at=now)  # fmt: skip
                 self.producer.send_nowait(self.topics.pages, encode(page), key=item.url.encode())
-            self._ack_delivered(owned)
+            if owned.dirty:
+                self._mark(f.partition, owned)
             nxt = f.next_wakeup()
             if nxt is not None and (wake is None or nxt < wake):
                 wake = nxt
@@ -208,26 +218,22 @@ class FrontierService:
         self.running = True
         last_report = last_status = time.monotonic()
         while self.running:
+            self.producer.raise_errors()  # a changelog (or job) record that failed is fatal
             timeout = self.dispatch_once()
             if timeout > 0:
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(
-                        self._wake.wait(), timeout=min(timeout, 0.05) if self._pending() else timeout
-                    )
+                    await asyncio.wait_for(self._wake.wait(), timeout=timeout)
                 except TimeoutError:
                     pass
             else:
                 await asyncio.sleep(0)
-            if time.monotonic() - last_status > STATUS_INTERVAL:
+            if time.monotonic() - last_status > self.cfg.frontier.status_interval:
                 last_status = time.monotonic()
                 self.publish_status(self.clock())
             if time.monotonic() - last_report > 10:
                 last_report = time.monotonic()
                 log.info("stats %s", self.stats())
-
-    def _pending(self) -> bool:
-        return any(o.pending_acks for o in self._owned.values())
 
     def status(self, now: float, top: int = 20) -> Status:
         """This instance's view: totals and the busiest scopes of every owned partition."""

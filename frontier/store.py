@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from rocksdict import Options, Rdict
+from rocksdict import Options, Rdict, WriteOptions
 
 META = b"\x00"
 
@@ -71,6 +71,11 @@ class RocksKV:
         opts.create_if_missing(True)
         self.path = path
         self._db = Rdict(str(path), opts)
+        # No write-ahead log: the changelog topic is the source of truth. A cleanly closed
+        # database is flushed on close; after a crash the local copy is discarded anyway.
+        write = WriteOptions()
+        write.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says method
+        self._db.set_write_options(write)
 
     def get(self, key: bytes) -> bytes | None:
         value: bytes | None = self._db.get(key)

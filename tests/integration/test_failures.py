@@ -15,6 +15,7 @@ from frontier.kafka_io import watermarks
 from frontier.stack import Stack, wait_until
 from frontier.status import read_status
 from tests.integration.helpers import Pages, longest_silence_after, politeness_failures, submit
+from topics.partitioning import partition_for
 
 DELAY = 0.3
 THROTTLE = {"delay": DELAY, "concurrency": 1, "autothrottle": {"start_delay": 0}}
@@ -52,16 +53,24 @@ def test_frontier_kill9_another_instance_takes_over(bootstrap: str, tmp_path: Pa
         submit(stack, urls)
         pages = Pages(stack)
         pages.wait_for(len(urls) // 3, timeout=90, what="the crawl to be under way")
-        victim = {
+        # kill the instance that owns the first site's partition, so a takeover is needed
+        owners = {
             s.instance.rsplit("-", 1)[1]: set(s.partitions) for s in read_status(stack.client, stack.topics.status)
         }
-        taken_over = victim[str(stack.procs["f1"].pid)]
+        needed = partition_for(fleet.sites[0].host, stack.partitions)
+        victim, survivor = ("f1", "f2") if needed in owners[str(stack.procs["f1"].pid)] else ("f2", "f1")
+        taken_over = owners[str(stack.procs[victim].pid)]
         killed_at = time.time()
-        stack.stop("f1", sig=signal.SIGKILL)
+        stack.stop(victim, sig=signal.SIGKILL)
         pages.wait_for(len(urls), timeout=150, what="the surviving instance to finish the crawl")
         pages.settle()
+
+        def survivor_owns_everything() -> bool:
+            return [len(s.partitions) for s in read_status(stack.client, stack.topics.status, max_age=6)] == [4]
+
+        wait_until(survivor_owns_everything, timeout=30, what="the status to show one instance owning all partitions")
         silence = longest_silence_after(fleet, killed_at)
-        replayed = replayed_on_takeover(stack.log("f2"), taken_over)
+        replayed = replayed_on_takeover(stack.log(survivor), taken_over)
         consumer = Consumer({**stack.client, "group.id": "sizes"})
         sizes = {p: watermarks(consumer, stack.topics.state, p)[1] for p in taken_over}
         consumer.close()
@@ -74,11 +83,6 @@ def test_frontier_kill9_another_instance_takes_over(bootstrap: str, tmp_path: Pa
             assert sum(replayed.values()) < 0.25 * sum(sizes.values()), "a standby replays only the tail"
         assert set(pages.urls) == set(urls), "nothing lost"
         assert not politeness_failures(fleet, DELAY, 1), "no burst after the takeover"
-
-        def survivor_owns_everything() -> bool:
-            return [len(s.partitions) for s in read_status(stack.client, stack.topics.status, max_age=6)] == [4]
-
-        wait_until(survivor_owns_everything, timeout=30, what="the status to show one instance owning all partitions")
     finally:
         if pages is not None:
             pages.close()

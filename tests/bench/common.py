@@ -1,0 +1,93 @@
+"""Shared plumbing for the benchmark programs: a broker (a private one unless --bootstrap is
+given), argument parsing with small/smoke/full sizes, and figure printing.
+
+Benchmarks are programs that print figures; they assert nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from deploy.kafka import LocalKafka, free_port
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=description)
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--smoke", action="store_true", help="tiny sizes: proves the benchmark runs (CI)")
+    size.add_argument("--full", action="store_true", help="the full sizes named in docs/BENCHMARKS.md")
+    p.add_argument("--bootstrap", default="", help="use this broker instead of starting a private one")
+    return p
+
+
+def size(args: argparse.Namespace, smoke: int, default: int, full: int) -> int:
+    return smoke if args.smoke else full if args.full else default
+
+
+@contextmanager
+def broker(args: argparse.Namespace) -> Iterator[str]:
+    if args.bootstrap:
+        yield args.bootstrap
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-kafka-") as tmp:
+        kafka = LocalKafka(home=Path(tmp), port=free_port(), controller_port=free_port())
+        try:
+            yield kafka.up(timeout=180)
+        finally:
+            kafka.down()
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+
+
+def report(name: str, **figures: Any) -> None:
+    """One JSON line per result, easy to paste into docs/BENCHMARKS.md and to parse."""
+    print(json.dumps({"bench": name, "at": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), **figures}),
+          flush=True)  # fmt: skip
+
+
+def produce_urls(bootstrap: str, topic: str, n: int, domains: int, start: int = 0) -> None:
+    """``n`` distinct URLs spread evenly over ``domains`` registrable domains, unkeyed."""
+    from confluent_kafka import Producer
+
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.num.messages": 10000})
+    for i in range(start, start + n):
+        while True:
+            try:
+                producer.produce(topic, f"http://d{i % domains}.bench.example/p{i}".encode())
+                break
+            except BufferError:
+                producer.poll(0.01)
+    producer.flush(120)
+
+
+def frontier_totals(bootstrap: str, status_topic: str) -> dict[str, int]:
+    from frontier.status import read_status
+
+    totals: dict[str, int] = {}
+    for s in read_status({"bootstrap.servers": bootstrap, "log_level": "3"}, status_topic, max_age=10):
+        for k, v in s.totals.items():
+            totals[k] = totals.get(k, 0) + v
+    return totals
+
+
+def wait_total(bootstrap: str, status_topic: str, key: str, target: int, timeout: float, alive: Any = None) -> float:
+    """Poll the frontier's totals until ``key`` reaches ``target``; return when it did (perf_counter)."""
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if alive is not None:
+            alive()
+        if frontier_totals(bootstrap, status_topic).get(key, 0) >= target:
+            return time.perf_counter()
+        time.sleep(0.2)
+    raise TimeoutError(f"{key} did not reach {target} within {timeout:.0f}s")

@@ -1,0 +1,87 @@
+"""Benchmark 3, dispatch round trip: jobs per second through the frontier with a null worker
+that answers every job at once with synthetic feedback (no HTTP), many domains at delay 0 and
+concurrency 1 — and the ratio to the raw Kafka ceiling (benchmark 1) measured in the same run.
+
+    python -m tests.bench.dispatch [--smoke | --full] [--bootstrap HOST:PORT] [--frontiers N]
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+import uuid
+from collections import defaultdict
+from pathlib import Path
+
+from confluent_kafka import Consumer, Producer
+
+from frontier.stack import Stack
+from tests.bench.common import broker, parser, produce_urls, report, size, wait_total
+from tests.bench.kafka_ceiling import echo_loop
+from topics.partitioning import partition_for
+from topics.schemas import Feedback, FeedbackBatch, Job, decode, encode
+
+FRONTIER = {"robots_obey": False, "status_interval": 0.2, "dispatch_lead": 0.0}
+THROTTLE = {"delay": 0.0, "concurrency": 1, "autothrottle": False}
+
+
+def null_worker(stack: Stack, stop: threading.Event) -> None:
+    """Answer every job immediately: one FeedbackBatch per feedback partition per consumed batch."""
+    consumer = Consumer({**stack.client, "group.id": f"{stack.app_id}-workers", "auto.offset.reset": "earliest",
+                         "enable.auto.commit": True})  # fmt: skip
+    consumer.subscribe([stack.topics.jobs])
+    producer = Producer({**stack.client, "linger.ms": 2})
+    now = time.time()
+    while not stop.is_set():
+        batches: dict[int, list[Feedback]] = defaultdict(list)
+        for msg in consumer.consume(5000, timeout=0.1):
+            if msg.error() is not None:
+                continue
+            job = decode(msg.value() or b"", Job)
+            i = job.item
+            batches[partition_for(i.domain, stack.partitions)].append(Feedback(
+                lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome="fetched", status=200,
+                latency=0.001, sent_at=now))  # fmt: skip
+        for p, items in batches.items():
+            producer.produce(stack.topics.feedback, encode(FeedbackBatch(items=items)), partition=p)
+        producer.poll(0)
+        now = time.time()
+    producer.flush(30)
+    consumer.close()
+
+
+def main() -> None:
+    p = parser(__doc__.split("\n\n")[0])
+    p.add_argument("--frontiers", type=int, default=1)
+    args = p.parse_args()
+    domains = size(args, smoke=200, default=20_000, full=100_000)
+    per_domain = size(args, smoke=2, default=5, full=5)
+    n = domains * per_domain
+    with broker(args) as bootstrap, tempfile.TemporaryDirectory(prefix="bench-dispatch-") as tmp:
+        ceiling = echo_loop(bootstrap, min(n, 200_000))
+        stack = Stack(bootstrap, Path(tmp), prefix=f"b{uuid.uuid4().hex[:6]}.", partitions=8, frontier=FRONTIER,
+                      throttle=THROTTLE)  # fmt: skip
+        stack.create_topics()
+        produce_urls(bootstrap, stack.topics.urls, n, domains)
+        stop = threading.Event()
+        worker = threading.Thread(target=null_worker, args=(stack, stop))
+        try:
+            for i in range(args.frontiers):
+                stack.start_frontier(f"f{i}", own_state=args.frontiers > 1)
+            wait_total(bootstrap, stack.topics.status, "ingested", n, 600, stack.check_alive)
+            worker.start()  # only now: the clock measures dispatch round trips, not ingest
+            first = wait_total(bootstrap, stack.topics.status, "completed", 1, 60, stack.check_alive)
+            done = wait_total(bootstrap, stack.topics.status, "completed", n, 900, stack.check_alive)
+        finally:
+            stop.set()
+            if worker.is_alive():
+                worker.join()
+            stack.stop_all()
+        rate = n / max(done - first, 1e-9)
+    report("dispatch", frontiers=args.frontiers, domains=domains, jobs=n, jobs_per_s=round(rate),
+           kafka_ceiling_per_s=round(ceiling), ratio_to_ceiling=round(rate / ceiling, 3))  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
