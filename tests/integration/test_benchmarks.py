@@ -1,0 +1,19 @@
+"""The benchmark programs still run (tiny --smoke sizes, against the session broker) and print
+their figures. Speed is not asserted here: figures live in docs/BENCHMARKS.md."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.parametrize("bench", ["kafka_ceiling", "ingest", "dispatch", "memory"])
+def test_benchmark_runs(bootstrap: str, bench: str) -> None:
+    run = subprocess.run([sys.executable, "-m", f"tests.bench.{bench}", "--smoke", "--bootstrap", bootstrap],
+                         capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert run.returncode == 0, run.stderr[-3000:]
+    figures = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert figures and all(f["bench"] == bench for f in figures)
+    numbers = [v for f in figures for v in f.values() if isinstance(v, int | float)]
+    assert numbers and all(v >= 0 for v in numbers)
