@@ -66,7 +66,7 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
         broker_heartbeat_interval=2.0,
         broker_commit_every=1000,
         broker_commit_interval=1.0,
-        stream_buffer_maxsize=64,
+        stream_buffer_maxsize=8,  # records are batches of up to 2000 URLs: 8 per partition is plenty
         producer_linger_ms=2,
     )
     service = FrontierService(cfg)

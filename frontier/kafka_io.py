@@ -28,6 +28,8 @@ def producer_conf(base: Mapping[str, str], **extra: Any) -> dict[str, Any]:
         "linger.ms": 2,
         "compression.type": "lz4",
         "message.max.bytes": 16 * 1024 * 1024,
+        # bounded buffering (librdkafka allows 1 GB by default); a full queue is backpressure
+        "queue.buffering.max.kbytes": 64 * 1024,
     }
     conf.update(extra)
     return conf
@@ -41,6 +43,8 @@ def consumer_conf(base: Mapping[str, str], group: str, **extra: Any) -> dict[str
         "enable.auto.offset.store": False,
         "auto.offset.reset": "earliest",
         "fetch.message.max.bytes": 16 * 1024 * 1024,
+        # bounded prefetch (librdkafka's default is 64 MB per partition)
+        "queued.max.messages.kbytes": 8 * 1024,
     }
     conf.update(extra)
     return conf

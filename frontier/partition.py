@@ -31,6 +31,7 @@ import heapq
 import os
 import random
 import struct
+import sys
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -112,9 +113,10 @@ class PartitionFrontier:
         self._agent = agent_token(self.user_agent)
         self._scheduler = Scheduler()
         self._leases: list[tuple[float, str]] = []  # (deadline, lease id), lazily pruned
-        self._waiters: dict[str, set[str]] = defaultdict(set)  # scope or robots:<host> → blocked queues
+        # scope or robots:<host> → blocked multi-scope queues. A host's own queue needs no entry:
+        # every lease that closes on a host reschedules that host's queue (see _closed).
+        self._waiters: dict[str, set[str]] = defaultdict(set)
         self._queued: Counter[str] = Counter()  # queue id → URLs queued
-        self._why: dict[str, tuple[str, float | None]] = {}  # queue id → why it is not dispatching
         self._robots_pending: set[str] = set()
         self._rules: OrderedDict[str, Rules] = OrderedDict()
         self.inflight = 0
@@ -165,13 +167,15 @@ class PartitionFrontier:
                     cause = f"gate until +{new.gate_until - now:.0f}s ({new.gate_cause})"
                 self.on_change(scope, before, after, cause)
 
-    def _decide(self, scopes: list[str], now: float, cost: float) -> policy.Decision:
-        """All scopes must allow: the latest time wins; a scope that needs feedback blocks outright."""
+    def _decide(self, scopes: list[str], now: float, cost: float, register: bool = True) -> policy.Decision:
+        """All scopes must allow: the latest time wins; a scope that needs feedback blocks outright
+        (and, with ``register``, a multi-scope queue waits on that scope's next free slot)."""
         latest = policy.Decision(now, "ready")
         for scope in scopes:
             d = policy.decide(self._state(scope), now, self.scope_settings(scope), cost)
             if d.at is None:
-                self._waiters[scope].add(SEP.join(scopes))
+                if register and len(scopes) > 1:
+                    self._waiters[scope].add(SEP.join(scopes))
                 return policy.Decision(None, f"{d.reason} ({scope})")
             if d.at > now and (latest.at is None or d.at > latest.at):
                 latest = policy.Decision(d.at, f"{d.reason} ({scope})")
@@ -188,7 +192,7 @@ class PartitionFrontier:
             if lease.kind == "robots":
                 self._robots_pending.add(lease.item.host)
         for key, _ in self.kv.scan(_QUEUE):
-            self._queued[key[1 : key.index(b"\x00")].decode()] += 1
+            self._queued[sys.intern(key[1 : key.index(b"\x00")].decode())] += 1
         for qid in self._queued:
             self._scheduler.schedule(qid, now)
 
@@ -208,7 +212,7 @@ class PartitionFrontier:
         return queue_prefix(qid) + _PRIO.pack(prio, seq % 2**64)
 
     def _enqueue(self, qkey: bytes, item: UrlItem, now: float) -> None:
-        qid = qkey[1 : qkey.index(b"\x00")].decode()
+        qid = sys.intern(qkey[1 : qkey.index(b"\x00")].decode())
         self._put(qkey, _enc.encode(item))
         self._queued[qid] += 1
         self._scheduler.schedule(qid, min(now, self._scheduler.scheduled_at(qid) or now))
@@ -241,7 +245,7 @@ class PartitionFrontier:
             if self.kv.get(seen_key) is not None:
                 self.stats.duplicates += 1
                 continue
-            qid = SEP.join(self.scopes_of(item))
+            qid = sys.intern(SEP.join(self.scopes_of(item)))  # one string object per queue
             self._enqueue(self._qkey(qid, item, now), item, now)
             self._put(seen_key, b"1")
             accepted += 1
@@ -258,7 +262,6 @@ class PartitionFrontier:
             head = self.kv.first(queue_prefix(qid))
             if head is None:
                 self._queued.pop(qid, None)
-                self._why.pop(qid, None)
                 continue  # no work left: the queue leaves the heap
             qkey, raw = head
             item = _item_dec.decode(raw)
@@ -271,9 +274,7 @@ class PartitionFrontier:
                     self._need_robots(qid, item, scopes, now, out)
                     continue
                 if rules.unavailable:
-                    retry_at = rules.record.fetched_at + self.settings.robots_retry
-                    self._why[qid] = ("robots.txt unavailable: all disallowed until retry", retry_at)
-                    self._scheduler.schedule(qid, retry_at)
+                    self._scheduler.schedule(qid, rules.record.fetched_at + self.settings.robots_retry)
                     continue
                 if not rules.allowed(item.url):
                     self._delete(qkey)
@@ -283,7 +284,6 @@ class PartitionFrontier:
                     self._scheduler.schedule(qid, now)
                     continue
             decision = self._decide(scopes, now, item.cost)
-            self._why[qid] = (decision.reason, decision.at)
             if decision.at is None:
                 continue  # waits for feedback on a full scope (registered as a waiter)
             if decision.at > now + self.settings.dispatch_lead:
@@ -298,16 +298,14 @@ class PartitionFrontier:
 
     def _need_robots(self, qid: str, item: UrlItem, scopes: list[str], now: float, out: Dispatch) -> None:
         host = scopes[0]
-        self._waiters[f"robots:{host}"].add(qid)
         if host in self._robots_pending:
-            self._why[qid] = ("robots.txt pending", None)
+            if len(scopes) > 1:  # the host's own queue is rescheduled when the robots lease closes
+                self._waiters[f"robots:{host}"].add(qid)
             return
         decision = self._decide(scopes, now, 0.0)  # the robots.txt request goes through the same throttling
-        self._why[qid] = ("robots.txt pending", decision.at)
         if decision.at is None:
             return
         if decision.at > now + self.settings.dispatch_lead:
-            self._waiters[f"robots:{host}"].discard(qid)
             self._scheduler.schedule(qid, decision.at - self.settings.dispatch_lead)
             return
         robots_item = UrlItem(url=robots_url(item.url), host=host, domain=item.domain, meta={})
@@ -391,6 +389,7 @@ class PartitionFrontier:
         for scope in lease.scopes:
             self._wake(scope, now)
         self._scheduler.schedule(SEP.join(lease.scopes), now)
+        self._scheduler.schedule(lease.scopes[0], now)  # the host's own queue (it registers no waiters)
 
     def expire_leases(self, now: float) -> int:
         """Re-queue URLs whose lease deadline passed without feedback (at least once)."""
@@ -424,20 +423,34 @@ class PartitionFrontier:
         return sum(self._queued.values())
 
     # -- visibility -----------------------------------------------------------------------------
+    def _explain(self, qid: str, now: float) -> tuple[str, float | None]:
+        """Why ``qid`` is not dispatching now (no side effects: for status only)."""
+        scopes = qid.split(SEP)
+        if self.settings.robots_obey:
+            rules = self._robots(scopes[0], now)
+            if rules is None:
+                return "robots.txt pending", None
+            if rules.unavailable:
+                return "robots.txt unavailable: all disallowed until retry", (
+                    rules.record.fetched_at + self.settings.robots_retry
+                )
+        d = self._decide(scopes, now, 1.0, register=False)
+        return d.reason, d.at
+
     def scope_rows(self, now: float, top: int = 20) -> list[ScopeStatus]:
         """Per scope, busiest first: queued, in flight, delay, gate, and why it is not dispatching."""
         queued: Counter[str] = Counter()
-        why: dict[str, tuple[str, float | None]] = {}
+        biggest: dict[str, tuple[int, str]] = {}  # scope → its largest queue
         for qid, n in self._queued.items():
             for scope in qid.split(SEP):
                 queued[scope] += n
-                if n > 0 and qid in self._why:
-                    why.setdefault(scope, self._why[qid])
+                if n > biggest.get(scope, (0, ""))[0]:
+                    biggest[scope] = (n, qid)
         rows = []
         for scope, n in queued.most_common(top):
             s = self.scope_settings(scope)
             st = policy.advance(self._state(scope), now, s)
-            reason, at = why.get(scope, ("ready", None))
+            reason, at = self._explain(biggest[scope][1], now) if scope in biggest else ("ready", None)
             rows.append(ScopeStatus(scope=scope, queued=n, inflight=st.inflight, delay=policy.delay(st, s),
                                  concurrency=policy.concurrency(st, s), gate_until=st.gate_until, backoff=st.backoff,
                                  reason=reason, wait_until=at))  # fmt: skip

@@ -21,6 +21,11 @@ from topics.catalog import Topics, create_all
 from topics.schemas import Page, Rejected, decode
 
 
+# glibc keeps per-thread malloc arenas; with Python, RocksDB and librdkafka threads in one process
+# that costs RSS for nothing (measured in tests/bench/memory.py). Deployments set the same.
+MALLOC_ENV = {"MALLOC_ARENA_MAX": "2"}
+
+
 def _toml(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -94,7 +99,7 @@ class Stack:
         log = open(self.workdir / f"{name}.log", "ab")  # the child owns it
         cmd = [sys.executable, "-m", "frontier.cli", "--config", str(self.config_path), *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **(env or {})})  # fmt: skip
+                                env={**MALLOC_ENV, **os.environ, **(env or {})})  # fmt: skip
         self.procs[name] = proc
         return proc
 

@@ -16,6 +16,7 @@ from typing import Protocol
 from rocksdict import Options, Rdict, WriteOptions
 
 META = b"\x00"
+MEMTABLE_BYTES = 4 * 1024 * 1024
 
 
 class KV(Protocol):
@@ -69,6 +70,10 @@ class RocksKV:
         path.parent.mkdir(parents=True, exist_ok=True)
         opts = Options(raw_mode=True)
         opts.create_if_missing(True)
+        # Bounded memory per partition: small memtables flushed to disk early (RocksDB's 64 MB
+        # default, times every owned partition, would dominate the frontier's RSS).
+        opts.set_write_buffer_size(MEMTABLE_BYTES)
+        opts.set_max_write_buffer_number(2)
         self.path = path
         self._db = Rdict(str(path), opts)
         # No write-ahead log: the changelog topic is the source of truth. A cleanly closed
