@@ -50,6 +50,30 @@ def consumer_conf(base: Mapping[str, str], group: str, **extra: Any) -> dict[str
     return conf
 
 
+def produce(
+    producer: Producer,
+    topic: str,
+    value: bytes | None,
+    key: bytes | None = None,
+    partition: int | None = None,
+    on_delivery: Any = None,
+) -> None:
+    """``producer.produce`` with backpressure: a full local queue waits for deliveries, then retries."""
+    kwargs: dict[str, Any] = {}
+    if key is not None:
+        kwargs["key"] = key
+    if partition is not None:
+        kwargs["partition"] = partition
+    if on_delivery is not None:
+        kwargs["on_delivery"] = on_delivery
+    while True:
+        try:
+            producer.produce(topic, value, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.05)
+
+
 def coordinates(msg: Message) -> tuple[str, int, int]:
     """(topic, partition, offset) of a consumed or delivered message."""
     topic, partition, offset = msg.topic(), msg.partition(), msg.offset()
@@ -93,17 +117,7 @@ class AsyncProducer:
             self._producer.poll(0.05)
 
     def _produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None, cb: Any) -> None:
-        kwargs: dict[str, Any] = {"on_delivery": cb}
-        if key is not None:
-            kwargs["key"] = key
-        if partition is not None:
-            kwargs["partition"] = partition
-        while True:
-            try:
-                self._producer.produce(topic, value, **kwargs)
-                return
-            except BufferError:
-                self._producer.poll(0.05)  # local queue full: let deliveries drain, then retry
+        produce(self._producer, topic, value, key, partition, cb)
 
     def send(
         self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None
@@ -139,17 +153,7 @@ class AsyncProducer:
         self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None
     ) -> None:
         """Produce with no delivery callback at all (cheapest; see FrontierService._mark)."""
-        kwargs: dict[str, Any] = {}
-        if key is not None:
-            kwargs["key"] = key
-        if partition is not None:
-            kwargs["partition"] = partition
-        while True:
-            try:
-                self._producer.produce(topic, value, **kwargs)
-                return
-            except BufferError:
-                self._producer.poll(0.05)
+        produce(self._producer, topic, value, key, partition)
 
     def raise_errors(self) -> None:
         """Raise if any record produced with ``send_nowait`` failed."""

@@ -22,7 +22,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, Message, Producer, TopicPartition
 
-from frontier.kafka_io import consumer_conf, coordinates, producer_conf
+from frontier.kafka_io import consumer_conf, coordinates, produce, producer_conf
 from frontier.urls import Rejection, parse_input
 from topics.catalog import Topics
 from topics.partitioning import partition_for
@@ -117,12 +117,4 @@ class Router:
         self.rejected += len(rejected)
 
     def _produce(self, topic: str, value: bytes, partition: int | None, cb: Any) -> None:
-        kwargs: dict[str, Any] = {"on_delivery": cb}
-        if partition is not None:
-            kwargs["partition"] = partition
-        while True:
-            try:
-                self._producer.produce(topic, value, **kwargs)
-                return
-            except BufferError:
-                self._producer.poll(0.05)
+        produce(self._producer, topic, value, None, partition, cb)

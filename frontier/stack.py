@@ -20,7 +20,6 @@ from confluent_kafka import Consumer
 from topics.catalog import Topics, create_all
 from topics.schemas import Page, Rejected, decode
 
-
 # glibc keeps per-thread malloc arenas; with Python, RocksDB and librdkafka threads in one process
 # that costs RSS for nothing (measured in tests/bench/memory.py). Deployments set the same.
 MALLOC_ENV = {"MALLOC_ARENA_MAX": "2"}
