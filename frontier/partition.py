@@ -35,6 +35,7 @@ import sys
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 import msgspec
 
@@ -439,9 +440,11 @@ class PartitionFrontier:
 
     def scope_rows(self, now: float, top: int = 20) -> list[ScopeStatus]:
         """Per scope, busiest first: queued, in flight, delay, gate, and why it is not dispatching."""
+        # The largest queues only (C-level scan): the cost must not grow with Python work per queue,
+        # there can be millions. A scope shared by many small queues may be under-counted.
         queued: Counter[str] = Counter()
         biggest: dict[str, tuple[int, str]] = {}  # scope → its largest queue
-        for qid, n in self._queued.items():
+        for qid, n in heapq.nlargest(top * 4, self._queued.items(), key=itemgetter(1)):
             for scope in qid.split(SEP):
                 queued[scope] += n
                 if n > biggest.get(scope, (0, ""))[0]:

@@ -16,7 +16,7 @@ from pathlib import Path
 from frontier.stack import Stack
 from tests.bench.common import broker, parser, produce_urls, report, wait_total
 
-FRONTIER = {"status_interval": 0.5, "max_inflight": 1}
+FRONTIER = {"status_interval": 2.0, "max_inflight": 1}
 
 
 def rss_mb(pid: int) -> float:
