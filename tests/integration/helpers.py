@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from confluent_kafka import Producer
 
@@ -69,3 +71,23 @@ def longest_silence_after(fleet: SiteFleet, t: float) -> float:
         starts = sorted([t] + [h.start for h in site.hits if h.start > t])
         longest = max(longest, *(b - a for a, b in itertools.pairwise(starts)), 0.0)
     return longest
+
+
+@contextmanager
+def crawling(stack: Stack, fleet: SiteFleet, workers: int = 1, concurrency: int = 4) -> Iterator[Pages]:
+    """Topics, one frontier, ``workers`` workers, every fleet URL submitted; yields the page
+    collector and always tears the stack and the fleet down."""
+    pages = None
+    try:
+        stack.create_topics()
+        stack.start_frontier()
+        for i in range(workers):
+            stack.start_worker(f"w{i + 1}", concurrency=concurrency)
+        submit(stack, fleet.all_urls())
+        pages = Pages(stack)
+        yield pages
+    finally:
+        if pages is not None:
+            pages.close()
+        stack.stop_all()
+        fleet.stop()

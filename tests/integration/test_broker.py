@@ -10,7 +10,7 @@ import pytest
 from deploy.kafka import KafkaCluster, LocalKafka, free_port
 from frontier.demo_sites import SiteFleet
 from frontier.stack import Stack
-from tests.integration.helpers import Pages, longest_silence_after, politeness_failures, submit
+from tests.integration.helpers import crawling, longest_silence_after, politeness_failures
 
 DELAY = 0.3
 
@@ -27,14 +27,8 @@ def test_broker_restart_mid_crawl(own_broker: LocalKafka, tmp_path: Path) -> Non
     fleet = SiteFleet(2, pages=20, latency=0.02, first_octet=90).start()
     stack = Stack(own_broker.bootstrap, tmp_path / "stack", partitions=4,
                   throttle={"delay": DELAY, "concurrency": 1, "autothrottle": {"start_delay": 0}})  # fmt: skip
-    pages = None
-    try:
-        stack.create_topics()
-        stack.start_frontier()
-        stack.start_worker("w1", concurrency=4)
-        urls = fleet.all_urls()
-        submit(stack, urls)
-        pages = Pages(stack)
+    urls = fleet.all_urls()
+    with crawling(stack, fleet) as pages:
         pages.wait_for(8, timeout=90, what="the crawl to be under way")
         stopped_at = time.time()
         own_broker.down()
@@ -47,11 +41,6 @@ def test_broker_restart_mid_crawl(own_broker: LocalKafka, tmp_path: Path) -> Non
               f"longest_site_silence={longest_silence_after(fleet, stopped_at):.1f}s")  # fmt: skip
         assert set(pages.urls) == set(urls), "nothing lost"
         assert not politeness_failures(fleet, DELAY, 1)
-    finally:
-        if pages is not None:
-            pages.close()
-        stack.stop_all()
-        fleet.stop()
 
 
 @pytest.fixture
@@ -67,14 +56,8 @@ def test_three_broker_cluster_survives_losing_one(cluster: KafkaCluster, tmp_pat
     fleet = SiteFleet(3, pages=12, latency=0.02, first_octet=95).start()
     stack = Stack(cluster.bootstrap, tmp_path / "stack", partitions=4, replication=3,
                   throttle={"delay": DELAY, "concurrency": 1, "autothrottle": {"start_delay": 0}})  # fmt: skip
-    pages = None
-    try:
-        stack.create_topics()
-        stack.start_frontier()
-        stack.start_worker("w1", concurrency=4)
-        urls = fleet.all_urls()
-        submit(stack, urls)
-        pages = Pages(stack)
+    urls = fleet.all_urls()
+    with crawling(stack, fleet) as pages:
         pages.wait_for(8, timeout=90, what="the crawl to be under way")
         killed_at = time.time()
         cluster.nodes[0].kill()  # kill -9 one of three brokers (and one of three controllers)
@@ -86,8 +69,3 @@ def test_three_broker_cluster_survives_losing_one(cluster: KafkaCluster, tmp_pat
         )
         assert set(pages.urls) == set(urls), "nothing lost"
         assert not politeness_failures(fleet, DELAY, 1)
-    finally:
-        if pages is not None:
-            pages.close()
-        stack.stop_all()
-        fleet.stop()

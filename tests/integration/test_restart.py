@@ -8,7 +8,7 @@ import pytest
 
 from frontier.demo_sites import SiteFleet
 from frontier.stack import Stack
-from tests.integration.helpers import Pages, politeness_failures, submit
+from tests.integration.helpers import crawling, politeness_failures
 
 DELAY = 0.3
 
@@ -18,14 +18,8 @@ def test_frontier_restart_loses_nothing(bootstrap: str, tmp_path: Path, how: str
     fleet = SiteFleet(2, pages=15, latency=0.02, first_octet=50 if how == "sigterm" else 60).start()
     stack = Stack(bootstrap, tmp_path / "stack", partitions=4,
                   throttle={"delay": DELAY, "concurrency": 1, "autothrottle": {"start_delay": 0}})  # fmt: skip
-    pages = None
-    try:
-        stack.create_topics()
-        stack.start_frontier()
-        stack.start_worker("w1", concurrency=4)
-        urls = fleet.all_urls()
-        submit(stack, urls)
-        pages = Pages(stack)
+    urls = fleet.all_urls()
+    with crawling(stack, fleet) as pages:
         pages.wait_for(8, timeout=90, what="the crawl to be under way")
         assert len(set(pages.urls)) < len(urls), "the crawl finished before the restart"
         stack.stop("frontier", sig=signal.SIGTERM if how == "sigterm" else signal.SIGKILL)
@@ -38,8 +32,3 @@ def test_frontier_restart_loses_nothing(bootstrap: str, tmp_path: Path, how: str
         else:
             assert pages.duplicates() <= 2, f"{pages.duplicates()} duplicates after kill -9"  # at least once
         assert not politeness_failures(fleet, DELAY, 1)
-    finally:
-        if pages is not None:
-            pages.close()
-        stack.stop_all()
-        fleet.stop()
