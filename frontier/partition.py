@@ -18,6 +18,7 @@ Key layout (bytes):
 - ``H<scope>``                         the scope's policy state, value: ScopeState
 - ``R<host>``                          the host's robots.txt answer, value: RobotsRecord
 - ``L<lease>``                         a job in flight, value: Lease
+- ``C``                                the partition's counters, value: Stats (they move with it)
 
 Writes are ordered so that a crash between any two of them loses nothing: a URL is queued
 before it is marked seen, a lease is written before its queue entry is deleted, a re-queued
@@ -51,7 +52,7 @@ Changelog = Callable[[bytes, bytes | None], None]
 # (scope, old delay, new delay, cause) — called whenever a scope's delay or gate changes
 ChangeHook = Callable[[str, float, float, str], None]
 
-_SEEN, _QUEUE, _STATE, _ROBOTS, _LEASE = b"S", b"Q", b"H", b"R", b"L"
+_SEEN, _QUEUE, _STATE, _ROBOTS, _LEASE, _STATS = b"S", b"Q", b"H", b"R", b"L", b"C"
 _PRIO = struct.Struct(">IQ")
 _MAX_PRIO = 2**31 - 1
 SEP = "\x1f"  # between the scopes of a queue id
@@ -78,8 +79,10 @@ def queue_prefix(qid: str) -> bytes:
     return _QUEUE + qid.encode() + b"\x00"
 
 
-@dataclass
-class Stats:
+class Stats(msgspec.Struct, kw_only=True):
+    """Cumulative counters of one partition, stored with it so totals survive a move to another
+    instance (per-process counters would drop whatever the previous owner counted)."""
+
     ingested: int = 0
     duplicates: int = 0
     dispatched: int = 0
@@ -90,6 +93,9 @@ class Stats:
     stale_feedback: int = 0
     disallowed: int = 0
     robots_fetched: int = 0
+
+
+_stats_dec = msgspec.json.Decoder(Stats)
 
 
 @dataclass
@@ -126,6 +132,7 @@ class PartitionFrontier:
         self._lease_prefix = os.urandom(8).hex()
         self._lease_seq = 0
         self._states: OrderedDict[str, policy.ScopeState] = OrderedDict()  # LRU cache over H<scope>
+        self._saved_stats = Stats()
 
     # -- scopes -------------------------------------------------------------------------------
     def scopes_of(self, item: UrlItem) -> list[str]:
@@ -186,6 +193,9 @@ class PartitionFrontier:
     def rebuild(self, now: float) -> None:
         """Rebuild the in-memory heap, counters and lease index from the store."""
         self.__post_init__()
+        raw = self.kv.get(_STATS)
+        self.stats = _stats_dec.decode(raw) if raw is not None else Stats()
+        self._saved_stats = msgspec.structs.replace(self.stats)
         for key, value in self.kv.scan(_LEASE):
             lease = _lease_dec.decode(value)
             heapq.heappush(self._leases, (lease.deadline, key[1:].decode()))
@@ -196,6 +206,12 @@ class PartitionFrontier:
             self._queued[sys.intern(key[1 : key.index(b"\x00")].decode())] += 1
         for qid in self._queued:
             self._scheduler.schedule(qid, now)
+
+    def save_stats(self) -> None:
+        """Store the counters if they changed (the service calls this once per batch of events)."""
+        if self.stats != self._saved_stats:
+            self._put(_STATS, _enc.encode(self.stats))
+            self._saved_stats = msgspec.structs.replace(self.stats)
 
     # -- writes (store + changelog) -------------------------------------------------------------
     def _put(self, key: bytes, value: bytes) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
 from confluent_kafka import Message
 
 from frontier.config import Config
@@ -155,6 +156,7 @@ class FrontierService:
         order and without gaps, so the marker's delivery proves every record before it landed,
         and an earlier failure makes the marker fail too (raised by the dispatch loop).
         """
+        owned.frontier.save_stats()
         owned.dirty = False
         loop = asyncio.get_running_loop()
 
@@ -250,7 +252,7 @@ class FrontierService:
     def stats(self) -> dict[str, Any]:
         totals: dict[str, int] = defaultdict(int)
         for owned in self._owned.values():
-            for k, v in owned.frontier.stats.__dict__.items():
+            for k, v in msgspec.structs.asdict(owned.frontier.stats).items():
                 totals[k] += v
             totals["inflight"] += owned.frontier.inflight
             totals["hosts_due"] += owned.frontier.queued_hosts()

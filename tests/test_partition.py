@@ -173,6 +173,27 @@ def test_changelog_replay_rebuilds_an_identical_partition(kv: KV) -> None:
     assert list(replica.scan(b"")) == [kv_item for kv_item in kv.scan(b"")]
 
 
+def test_counters_move_with_the_partition(kv: KV) -> None:
+    """A new owner rebuilt from the changelog reports what the old owner counted (totals in
+    ``crawl-frontier status`` must not drop when partitions move between instances)."""
+    log = Log()
+    f = make(kv, log)
+    f.ingest(items("http://a.test/1", "http://a.test/1", "http://b.test/1"), 0.0)
+    for job in f.dispatch(0.0).jobs:
+        f.feedback(fb(job, sent_at=0.0), 0.2)
+    f.save_stats()
+    f.save_stats()  # unchanged: no second record
+    assert sum(1 for key, _ in log.records if key == b"C") == 1
+    replica = MemoryKV()
+    for key, value in log.records:
+        if value is not None:
+            replica.put(key, value)
+    g = make(replica)
+    g.rebuild(1.0)
+    assert (g.stats.ingested, g.stats.duplicates, g.stats.completed) == (2, 1, 2)
+    assert g.stats == f.stats
+
+
 def test_crash_between_writes_never_loses_a_url(kv: KV) -> None:
     """Replay every prefix of the changelog: each URL is always queued, leased or done."""
     log = Log()
