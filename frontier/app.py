@@ -21,7 +21,7 @@ import faust
 from frontier.config import Config
 from frontier.router import Router
 from frontier.service import FrontierService
-from topics.schemas import FeedbackBatch, SchemaError, UrlBatch, decode
+from topics.schemas import ControlCommand, FeedbackBatch, SchemaError, UrlBatch, decode
 
 log = logging.getLogger("frontier")
 
@@ -47,6 +47,11 @@ def faust_credentials(extra: Mapping[str, str]) -> Any:
     if protocol != "PLAINTEXT":
         raise ValueError(f"kafka.extra.security.protocol: unsupported {protocol!r}")
     return None
+
+
+def router_group(cfg: Config) -> str:
+    """The consumer group every router of this frontier shares (embedded or standalone)."""
+    return f"{cfg.frontier.app_id}-router"
 
 
 def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
@@ -95,6 +100,20 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
                 continue
             await service.handle_feedback(event.message.partition, batch, event)
 
+    control = app.topic(t.control, key_serializer="raw", value_serializer="raw", partitions=t.partitions)
+
+    @app.agent(control, name="control")
+    async def on_control(stream: Any) -> None:
+        async for event in stream.noack().events():
+            try:
+                cmd = decode(event.value, ControlCommand)
+                cmd.validate()
+            except (SchemaError, ValueError) as exc:
+                await service.dead_letter(t.control, event.message.partition, event.message.offset, event.value, exc)
+                event.ack()
+                continue
+            await service.handle_control(event.message.partition, cmd, event)
+
     async def assigned(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
         service.on_assigned({tp.partition for tp in args[0] if tp.topic == t.bydomain})
 
@@ -105,19 +124,21 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
     app.on_partitions_assigned.connect(cast(Any, assigned))
     app.on_partitions_revoked.connect(cast(Any, revoked))
 
-    router = Router(cfg.kafka.client_conf(), t, group=f"{cfg.frontier.app_id}-router")
+    router = Router(cfg.kafka.client_conf(), t, group=router_group(cfg)) if cfg.frontier.embedded_router else None
 
     async def run() -> None:
-        router.start()
+        if router is not None:
+            router.start()
         loop_task = asyncio.ensure_future(service.dispatch_loop())
         while not loop_task.done():
-            if router.error is not None:
+            if router is not None and router.error is not None:
                 raise RuntimeError(f"router failed: {router.error}")
             await asyncio.sleep(0.5)
         loop_task.result()
 
     async def shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
-        await asyncio.to_thread(router.stop)
+        if router is not None:
+            await asyncio.to_thread(router.stop)
         await service.close()
 
     app.task(run)

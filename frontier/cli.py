@@ -1,7 +1,7 @@
 """``crawl-frontier``: the one console script.
 
-Subcommands: ``kafka up|down|status``, ``topics create``, ``submit``, ``pages``, ``frontier``,
-``worker``, ``demo``. Every command takes ``--config FILE`` (TOML; see ``frontier.config``);
+Subcommands: ``kafka up|down|status``, ``topics create``, ``submit``, ``pages``, ``status``,
+``scope``, ``frontier``, ``router``, ``worker``, ``demo``. Every command takes ``--config FILE`` (TOML; see ``frontier.config``);
 errors in arguments or configuration print one clear line and exit with status 2.
 """
 
@@ -102,7 +102,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             failures.append(str(err))
 
     count = 0
-    started = time.monotonic()
+    started = shown = time.monotonic()
     for value in _read_urls(args):
         if args.follow and not value.startswith(b"{"):
             value = json.dumps({"url": value.decode(errors="replace"), "follow": args.follow}).encode()
@@ -113,8 +113,9 @@ def cmd_submit(args: argparse.Namespace) -> int:
             except BufferError:
                 producer.poll(0.1)
         count += 1
-        if count % 100000 == 0:
-            print(f"  {count} submitted ({count / (time.monotonic() - started):.0f}/s)", file=sys.stderr)
+        if count % 1000 == 0 and time.monotonic() - shown >= 2.0:  # progress on large files
+            shown = time.monotonic()
+            print(f"  {count} submitted ({count / (shown - started):.0f}/s)", file=sys.stderr, flush=True)
     left = producer.flush(60)
     if left or failures:
         print(f"error: {left} undelivered, {len(failures)} failed: {failures[:3]}", file=sys.stderr)
@@ -189,6 +190,23 @@ def cmd_status(args: argparse.Namespace) -> int:
             return 0
 
 
+def cmd_scope(args: argparse.Namespace) -> int:
+    from frontier.client import FrontierClient
+    from topics.schemas import ControlCommand
+
+    cmd = ControlCommand(action=args.action, scope=args.name.strip().lower(), delay=args.delay,
+                         concurrency=args.concurrency)  # fmt: skip
+    try:
+        cmd.validate()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with FrontierClient(_config(args)) as client:
+        client.control(cmd)
+    print(f"sent: {args.action} {cmd.scope} (applied by the instance owning it; see `crawl-frontier status`)")
+    return 0
+
+
 def cmd_frontier(args: argparse.Namespace) -> int:
     from frontier.app import run_frontier
 
@@ -197,6 +215,21 @@ def cmd_frontier(args: argparse.Namespace) -> int:
         cfg = replace(cfg, frontier=replace(cfg.frontier, debug_throttle=True))
     run_frontier(cfg, loglevel=args.loglevel)
     return 0
+
+
+def cmd_router(args: argparse.Namespace) -> int:
+    import signal
+    import threading
+
+    from frontier.app import router_group
+    from frontier.router import run_router
+
+    cfg = _config(args)
+    logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return run_router(cfg.kafka.client_conf(), cfg.topics, router_group(cfg), stop)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -251,10 +284,21 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--all", action="store_true", help="include snapshots of instances that went silent")
     st.set_defaults(func=cmd_status)
 
+    sc = sub.add_parser("scope", help="pause/resume/drop a scope, or set/clear its delay and concurrency")
+    sc.add_argument("action", choices=["pause", "resume", "drop", "set", "clear"])
+    sc.add_argument("name", help="a host, a registrable domain (all its hosts) or domain#scope")
+    sc.add_argument("--delay", type=float, default=None, help="set: seconds between requests")
+    sc.add_argument("--concurrency", type=int, default=None, help="set: requests in flight at once")
+    sc.set_defaults(func=cmd_scope)
+
     f = sub.add_parser("frontier", help="run a frontier instance")
     f.add_argument("--loglevel", default="info", choices=["debug", "info", "warn", "error"])
     f.add_argument("--debug-throttle", action="store_true", help="log every scope delay change with its cause")
     f.set_defaults(func=cmd_frontier)
+
+    r = sub.add_parser("router", help="run a standalone router (crawl.urls -> crawl.urls.bydomain)")
+    r.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    r.set_defaults(func=cmd_router)
 
     w = sub.add_parser("worker", help="run a fetch worker")
     w.add_argument("--concurrency", "-n", type=int, default=None)

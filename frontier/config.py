@@ -153,6 +153,7 @@ class FrontierConfig:
     debug_throttle: bool = False  # log every delay change of every scope with its cause
     status_interval: float = 2.0  # seconds between status snapshots on crawl.frontier.status
     web_port: int = 0  # faust web server port; 0 disables it
+    embedded_router: bool = True  # route crawl.urls in this process; false: run `crawl-frontier router`
 
     def validate(self) -> None:
         for name in ("job_ttl", "fetch_timeout", "lease_grace"):
@@ -196,6 +197,9 @@ class Config:
     frontier: FrontierConfig = field(default_factory=FrontierConfig)
     throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
     worker: WorkerConfig = field(default_factory=WorkerConfig)
+
+    def with_bootstrap(self, bootstrap: str) -> Config:
+        return replace(self, kafka=replace(self.kafka, bootstrap=bootstrap))
 
 
 def _section(data: Mapping[str, Any], cls: type[Any], where: str) -> Any:

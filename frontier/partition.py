@@ -19,6 +19,8 @@ Key layout (bytes):
 - ``R<host>``                          the host's robots.txt answer, value: RobotsRecord
 - ``L<lease>``                         a job in flight, value: Lease
 - ``C``                                the partition's counters, value: Stats (they move with it)
+- ``O<name>``                          an operator's override of a scope name (pause, delay, concurrency)
+- ``V<due ms><fingerprint>``           a fetched URL due for a revisit at ``due``, value: UrlItem
 
 Writes are ordered so that a crash between any two of them loses nothing: a URL is queued
 before it is marked seen, a lease is written before its queue entry is deleted, a re-queued
@@ -35,24 +37,27 @@ import struct
 import sys
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import itemgetter
 
 import msgspec
 
 from frontier import policy
 from frontier.config import FrontierConfig, ScopeSettings, ThrottleConfig
+from frontier.control import Override, covers, updated
 from frontier.robots import RobotsRecord, Rules, agent_token, robots_url
 from frontier.scheduler import Scheduler
 from frontier.store import KV
 from frontier.urls import url_fingerprint
-from topics.schemas import Feedback, Job, ScopeStatus, UrlItem
+from topics.schemas import ControlCommand, Feedback, Job, ScopeStatus, UrlItem
 
 Changelog = Callable[[bytes, bytes | None], None]
 # (scope, old delay, new delay, cause) — called whenever a scope's delay or gate changes
 ChangeHook = Callable[[str, float, float, str], None]
 
 _SEEN, _QUEUE, _STATE, _ROBOTS, _LEASE, _STATS = b"S", b"Q", b"H", b"R", b"L", b"C"
+_OVERRIDE, _REVISIT = b"O", b"V"
+_DUE = struct.Struct(">Q")
 _PRIO = struct.Struct(">IQ")
 _MAX_PRIO = 2**31 - 1
 SEP = "\x1f"  # between the scopes of a queue id
@@ -71,6 +76,7 @@ class Lease(msgspec.Struct, kw_only=True):
 _enc = msgspec.json.Encoder()
 _item_dec = msgspec.json.Decoder(UrlItem)
 _lease_dec = msgspec.json.Decoder(Lease)
+_override_dec = msgspec.json.Decoder(Override)
 _state_dec = msgspec.json.Decoder(policy.ScopeState)
 _robots_dec = msgspec.json.Decoder(RobotsRecord)
 
@@ -93,6 +99,8 @@ class Stats(msgspec.Struct, kw_only=True):
     stale_feedback: int = 0
     disallowed: int = 0
     robots_fetched: int = 0
+    dropped: int = 0  # queued URLs removed by an operator's drop
+    revisits: int = 0  # URLs re-queued because their revisit interval passed
 
 
 _stats_dec = msgspec.json.Decoder(Stats)
@@ -133,6 +141,8 @@ class PartitionFrontier:
         self._lease_seq = 0
         self._states: OrderedDict[str, policy.ScopeState] = OrderedDict()  # LRU cache over H<scope>
         self._saved_stats = Stats()
+        self._overrides: dict[str, Override] = {}  # operators' overrides (all of them: few)
+        self._next_revisit: float | None = None
 
     # -- scopes -------------------------------------------------------------------------------
     def scopes_of(self, item: UrlItem) -> list[str]:
@@ -143,7 +153,25 @@ class PartitionFrontier:
         return scopes
 
     def scope_settings(self, scope: str) -> ScopeSettings:
-        return self.throttle.for_scope(scope.rsplit("#", 1)[-1])
+        s = self.throttle.for_scope(scope.rsplit("#", 1)[-1])
+        if not self._overrides:
+            return s
+        delay = concurrency = None
+        for name, o in sorted(self._overrides.items(), key=lambda kv: len(kv[0])):  # most specific last
+            if covers(name, scope):
+                delay = o.delay if o.delay is not None else delay
+                concurrency = o.concurrency if o.concurrency is not None else concurrency
+        if delay is not None:
+            s = replace(s, delay=delay)
+        if concurrency is not None:
+            s = replace(s, concurrency=concurrency)
+        return s
+
+    def _paused_by(self, scopes: list[str]) -> str | None:
+        for name, o in self._overrides.items():
+            if o.paused and any(covers(name, scope) for scope in scopes):
+                return name
+        return None
 
     def _state(self, scope: str) -> policy.ScopeState:
         state = self._states.get(scope)
@@ -178,6 +206,10 @@ class PartitionFrontier:
     def _decide(self, scopes: list[str], now: float, cost: float, register: bool = True) -> policy.Decision:
         """All scopes must allow: the latest time wins; a scope that needs feedback blocks outright
         (and, with ``register``, a multi-scope queue waits on that scope's next free slot)."""
+        if self._overrides:
+            paused = self._paused_by(scopes)
+            if paused is not None:
+                return policy.Decision(None, f"paused ({paused})")  # resume reschedules its queues
         latest = policy.Decision(now, "ready")
         for scope in scopes:
             d = policy.decide(self._state(scope), now, self.scope_settings(scope), cost)
@@ -196,6 +228,10 @@ class PartitionFrontier:
         raw = self.kv.get(_STATS)
         self.stats = _stats_dec.decode(raw) if raw is not None else Stats()
         self._saved_stats = msgspec.structs.replace(self.stats)
+        for key, value in self.kv.scan(_OVERRIDE):
+            self._overrides[key[1:].decode()] = _override_dec.decode(value)
+        head = self.kv.first(_REVISIT)
+        self._next_revisit = _DUE.unpack(head[0][1:9])[0] / 1000 if head is not None else None
         for key, value in self.kv.scan(_LEASE):
             lease = _lease_dec.decode(value)
             heapq.heappush(self._leases, (lease.deadline, key[1:].decode()))
@@ -272,6 +308,8 @@ class PartitionFrontier:
     def dispatch(self, now: float, limit: int = 1000) -> Dispatch:
         """Lease the jobs that may be sent at ``now``; report URLs robots.txt disallows."""
         out = Dispatch()
+        if self._next_revisit is not None and self._next_revisit <= now:
+            self._requeue_revisits(now)
         while len(out.jobs) < limit and self.inflight < self.settings.max_inflight:
             qid = self._scheduler.pop_due(now)
             if qid is None:
@@ -379,6 +417,8 @@ class PartitionFrontier:
             self.stats.retried += 1
         else:
             self.stats.completed += 1
+            if item.revisit > 0:
+                self._schedule_revisit(item, now)
         event = policy.Done(sent_at=fb.sent_at, status=fb.status, latency=fb.latency, error=fb.error,
                             headers=fb.headers, adjust=item.adjust, outcome=fb.outcome)  # fmt: skip
         for scope in lease.scopes:
@@ -386,6 +426,64 @@ class PartitionFrontier:
         self._delete(lease_key)
         self._closed(lease, now)
         return True
+
+    # -- recrawl ------------------------------------------------------------------------------------
+    def _schedule_revisit(self, item: UrlItem, now: float) -> None:
+        """The seen entry keeps the last fetch time; the URL waits in ``V`` until it is due."""
+        fingerprint = url_fingerprint(item.url)
+        due = now + item.revisit
+        self._put(_SEEN + fingerprint, f"{now:.3f}".encode())
+        fresh = msgspec.structs.replace(item, attempts=0, redirects=0)
+        self._put(_REVISIT + _DUE.pack(int(due * 1000)) + fingerprint, _enc.encode(fresh))
+        if self._next_revisit is None or due < self._next_revisit:
+            self._next_revisit = due
+
+    def _requeue_revisits(self, now: float, limit: int = 1000) -> None:
+        self._next_revisit = None
+        for n, (key, raw) in enumerate(self.kv.scan(_REVISIT)):
+            due = _DUE.unpack(key[1:9])[0] / 1000
+            if due > now or n >= limit:
+                self._next_revisit = max(due, now)
+                return
+            item = _item_dec.decode(raw)
+            qid = sys.intern(SEP.join(self.scopes_of(item)))
+            self._enqueue(self._qkey(qid, item, now), item, now)  # queued before the V entry goes
+            self._delete(key)
+            self.stats.revisits += 1
+
+    # -- operators' commands ----------------------------------------------------------------------
+    def control(self, cmd: ControlCommand, now: float) -> int:
+        """Apply a scope command; return the queued URLs it dropped (drop) or 0."""
+        name = cmd.scope
+        if cmd.action == "drop":
+            return self._drop(name)
+        new = updated(self._overrides.get(name, Override()), cmd)
+        if new.empty():
+            self._overrides.pop(name, None)
+            if self.kv.get(_OVERRIDE + name.encode()) is not None:
+                self._delete(_OVERRIDE + name.encode())
+        else:
+            self._overrides[name] = new
+            self._put(_OVERRIDE + name.encode(), _enc.encode(new))
+        for qid in list(self._queued):  # anything may dispatch sooner now: look at its queues again
+            if any(covers(name, scope) for scope in qid.split(SEP)):
+                self._scheduler.schedule(qid, now)
+        return 0
+
+    def _drop(self, name: str) -> int:
+        dropped = 0
+        for qid in list(self._queued):
+            if not any(covers(name, scope) for scope in qid.split(SEP)):
+                continue
+            for key, _ in list(self.kv.scan(queue_prefix(qid))):
+                self._delete(key)
+                dropped += 1
+            self._queued.pop(qid, None)
+        self.stats.dropped += dropped
+        return dropped
+
+    def overrides(self) -> dict[str, Override]:
+        return dict(self._overrides)
 
     def _store_robots(self, host: str, fb: Feedback, now: float) -> None:
         status = 0 if fb.error else fb.status
@@ -430,7 +528,8 @@ class PartitionFrontier:
 
     def next_wakeup(self) -> float | None:
         """The earliest time something may happen without new input."""
-        times = [t for t in (self._scheduler.next_time(), self._leases[0][0] if self._leases else None) if t]
+        lease = self._leases[0][0] if self._leases else None
+        times = [t for t in (self._scheduler.next_time(), lease, self._next_revisit) if t]
         return min(times) if times else None
 
     def queued_hosts(self) -> int:

@@ -8,8 +8,10 @@ and canonicalises each record, and produces
 - everything else to ``crawl.rejected`` with the original bytes and the reason.
 
 Input offsets are committed only after both are acknowledged (at least once; the frontier's
-seen-set removes the duplicates a crash may cause). Runs as a thread inside each frontier
-process; the router group spreads ``crawl.urls`` partitions over the instances.
+seen-set removes the duplicates a crash may cause). By default it runs as a thread inside each
+frontier process; with ``frontier.embedded_router = false`` it runs as processes of its own
+(``crawl-frontier router``, :func:`run_router`), which takes URL parsing off the frontier's GIL.
+Either way the router group spreads ``crawl.urls`` partitions over every router.
 """
 
 from __future__ import annotations
@@ -118,3 +120,16 @@ class Router:
 
     def _produce(self, topic: str, value: bytes, partition: int | None, cb: Any) -> None:
         produce(self._producer, topic, value, None, partition, cb)
+
+
+def run_router(client: Mapping[str, str], topics: Topics, group: str, stop: threading.Event) -> int:
+    """Run a router until ``stop`` is set; 1 if it failed."""
+    router = Router(client, topics, group)
+    router.start()
+    log.info("router started: %s -> %s", topics.urls, topics.bydomain)
+    while not stop.wait(0.5):
+        if router.error is not None:
+            return 1
+    router.stop()
+    log.info("router stopped: %d routed, %d rejected", router.routed, router.rejected)
+    return 0 if router.error is None else 1

@@ -29,7 +29,7 @@ from frontier.partition import PartitionFrontier
 from frontier.standby import Standby
 from frontier.state import changelog_end, close_partition, db_path, open_partition
 from frontier.store import META, RocksKV
-from topics.schemas import FeedbackBatch, Page, Rejected, Status, UrlBatch, encode
+from topics.schemas import ControlCommand, FeedbackBatch, Page, Rejected, Status, UrlBatch, encode
 
 ACK_KEY = META + b"ack"  # marker records closing a run of changelog writes (tombstones; never stored)
 log = logging.getLogger("frontier")
@@ -182,6 +182,14 @@ class FrontierService:
         now = self.clock()
         for fb in batch.items:
             owned.frontier.feedback(fb, now)
+        self._mark(p, owned, (event,))
+        self._wake.set()
+
+    async def handle_control(self, p: int, cmd: ControlCommand, event: Ackable) -> None:
+        owned = await self._partition(p)
+        dropped = owned.frontier.control(cmd, self.clock())
+        log.info("control %s %s%s (partition %d)", cmd.action, cmd.scope,
+                 f": {dropped} queued URL(s) dropped" if cmd.action == "drop" else "", p)  # fmt: skip
         self._mark(p, owned, (event,))
         self._wake.set()
 

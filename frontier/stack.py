@@ -107,6 +107,10 @@ class Stack:
         env = {"CRAWL_FRONTIER_STATE_DIR": str(self.workdir / f"state-{name}")} if own_state else None
         return self._spawn(name, "frontier", "--loglevel", "info", env=env)
 
+    def start_router(self, name: str = "router") -> subprocess.Popen[bytes]:
+        """A standalone router (for frontiers configured with ``embedded_router = false``)."""
+        return self._spawn(name, "router")
+
     def start_worker(self, name: str, concurrency: int = 8) -> subprocess.Popen[bytes]:
         return self._spawn(name, "worker", "--concurrency", str(concurrency))
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from frontier.kafka_io import watermarks
-from topics.schemas import SchemaError, Status, decode
+from topics.schemas import SchemaError, ScopeStatus, Status, decode
 
 LIVE_SECONDS = 10.0  # no snapshot for this long (5 intervals): the instance has gone away
 
@@ -59,16 +61,40 @@ def _when(at: float | None, now: float) -> str:
     return f"+{at - now:.1f}s"
 
 
-def render(statuses: list[Status], top: int = 20, now: float | None = None) -> str:
-    now = time.time() if now is None else now
-    if not statuses:
-        return "no live frontier instance has published status (is a frontier running?)"
+@dataclass
+class Overview:
+    """Every live instance's snapshot combined: what ``status`` shows, the client returns and the
+    web page serves."""
+
+    instances: list[str]
+    partitions: int
+    totals: dict[str, int]
+    scopes: list[ScopeStatus]
+    at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"instances": self.instances, "partitions": self.partitions, "totals": self.totals, "at": self.at,
+                "scopes": [msgspec.structs.asdict(r) for r in self.scopes]}  # fmt: skip
+
+
+def overview(statuses: list[Status], top: int = 20) -> Overview:
     totals: dict[str, int] = {}
     for s in statuses:
         for k, v in s.totals.items():
             totals[k] = totals.get(k, 0) + v
+    rows = sorted((r for s in statuses for r in s.scopes), key=lambda r: (-r.queued, r.scope))[:top]
+    return Overview(instances=sorted(s.instance for s in statuses), partitions=sum(len(s.partitions) for s in statuses),
+                    totals=totals, scopes=rows, at=max((s.at for s in statuses), default=0.0))  # fmt: skip
+
+
+def render(statuses: list[Status], top: int = 20, now: float | None = None) -> str:
+    now = time.time() if now is None else now
+    if not statuses:
+        return "no live frontier instance has published status (is a frontier running?)"
+    ov = overview(statuses, top)
+    totals = ov.totals
     lines = [
-        f"instances: {len(statuses)}  partitions: {sum(len(s.partitions) for s in statuses)}",
+        f"instances: {len(statuses)}  partitions: {ov.partitions}",
         "totals: "
         + "  ".join(
             f"{k}={totals.get(k, 0)}"
@@ -87,8 +113,7 @@ def render(statuses: list[Status], top: int = 20, now: float | None = None) -> s
         "",
         f"{'scope':<32} {'queued':>7} {'infl':>4} {'conc':>4} {'delay':>7} {'backoff':>7} {'gate':>8}  why not now",
     ]
-    rows = sorted((r for s in statuses for r in s.scopes), key=lambda r: (-r.queued, r.scope))[:top]
-    for r in rows:
+    for r in ov.scopes:
         gate = _when(r.gate_until, now) if r.gate_until > now else "-"
         why = "ready" if r.reason == "ready" else f"{r.reason} until {_when(r.wait_until, now)}"
         lines.append(f"{r.scope[:32]:<32} {r.queued:>7} {r.inflight:>4} {r.concurrency:>4} {r.delay:>7.2f} "

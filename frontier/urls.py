@@ -101,6 +101,8 @@ def item_from_submission(sub: Submission) -> UrlItem:
             raise Rejection(f"invalid scope name {scope[:50]!r}")
     if not (sub.cost >= 0 and sub.cost < 1e12):
         raise Rejection("invalid cost")
+    if not (sub.revisit >= 0 and sub.revisit < 1e9):
+        raise Rejection("invalid revisit interval")
     return UrlItem(
         url=canonical,
         host=host,
@@ -112,6 +114,7 @@ def item_from_submission(sub: Submission) -> UrlItem:
         redirects=max(0, sub.redirects),
         cost=sub.cost,
         adjust=sub.autothrottle,
+        revisit=sub.revisit,
     )
 
 

@@ -32,6 +32,9 @@ JOBS = TopicSpec("crawl.jobs", "host", "frontier → workers: leased fetch jobs"
 FEEDBACK = TopicSpec("crawl.feedback", "registrable domain (murmur2)", "workers → frontier: fetch results")
 PAGES = TopicSpec("crawl.pages", "url", "output: fetched pages")
 REJECTED = TopicSpec("crawl.rejected", "none", "input that could not be accepted, with the reason")
+CONTROL = TopicSpec(
+    "crawl.control", "registrable domain (murmur2)", "operators → frontier: pause/resume/drop/set a scope"
+)
 STATE = TopicSpec(
     "crawl.frontier.state", "state key", "changelog of the frontier's RocksDB state", compacted=True, internal=True
 )
@@ -40,9 +43,9 @@ STATUS = TopicSpec(
     compacted=True, internal=True, partitions=1,
 )  # fmt: skip
 
-ALL: tuple[TopicSpec, ...] = (URLS, BYDOMAIN, JOBS, FEEDBACK, PAGES, REJECTED, STATE, STATUS)
+ALL: tuple[TopicSpec, ...] = (URLS, BYDOMAIN, JOBS, FEEDBACK, PAGES, REJECTED, CONTROL, STATE, STATUS)
 # Topics whose partition numbers must agree: a domain's URLs, feedback and state live in one partition.
-COPARTITIONED: tuple[TopicSpec, ...] = (BYDOMAIN, FEEDBACK, STATE)
+COPARTITIONED: tuple[TopicSpec, ...] = (BYDOMAIN, FEEDBACK, CONTROL, STATE)
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,10 @@ class Topics:
     @property
     def rejected(self) -> str:
         return self.name(REJECTED)
+
+    @property
+    def control(self) -> str:
+        return self.name(CONTROL)
 
     @property
     def state(self) -> str:

@@ -33,6 +33,7 @@ class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
     redirects: int = 0  # redirect hops that led here
     cost: float = 1.0  # quota units this URL consumes in each of its scopes
     autothrottle: bool = True  # False: this URL's latency must not move the AutoThrottle delay
+    revisit: float = 0.0  # seconds after a successful fetch when the URL is due again (0: once)
 
 
 class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -49,6 +50,7 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     cost: float = 1.0
     adjust: bool = True  # may move the AutoThrottle delay
     attempts: int = 0  # fetch attempts already made (retries of 429 / 5xx / network errors)
+    revisit: float = 0.0  # recrawl interval, seconds (0: fetch once)
 
 
 class UrlBatch(msgspec.Struct, kw_only=True):
@@ -173,3 +175,33 @@ def decode(data: bytes, kind: type[T]) -> T:
     if version != SCHEMA_VERSION:
         raise SchemaError(f"{kind.__name__}: unsupported schema version {version}")
     return msg
+
+
+CONTROL_ACTIONS = ("pause", "resume", "drop", "set", "clear")
+
+
+class ControlCommand(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """An operator's command for one scope, on ``crawl.control`` (keyed by registrable domain).
+
+    ``scope``: a host, a registrable domain (covers every host under it) or ``domain#name``.
+    ``set`` overrides delay and/or concurrency at run time; ``clear`` removes the override.
+    """
+
+    v: int = SCHEMA_VERSION
+    action: str
+    scope: str
+    delay: float | None = None
+    concurrency: int | None = None
+
+    def validate(self) -> None:
+        if self.action not in CONTROL_ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(CONTROL_ACTIONS)}, got {self.action!r}")
+        if not self.scope or len(self.scope) > 253 or any(c in self.scope for c in " /\x00\x1f"):
+            raise ValueError(f"invalid scope {self.scope[:60]!r}")
+        if self.action == "set":
+            if self.delay is None and self.concurrency is None:
+                raise ValueError("set needs a delay and/or a concurrency")
+            if self.delay is not None and not 0 <= self.delay <= 86400:
+                raise ValueError(f"delay must be within 0..86400 seconds, got {self.delay}")
+            if self.concurrency is not None and not 1 <= self.concurrency <= 1000:
+                raise ValueError(f"concurrency must be within 1..1000, got {self.concurrency}")

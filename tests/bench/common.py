@@ -72,13 +72,36 @@ def produce_urls(bootstrap: str, topic: str, n: int, domains: int, start: int = 
 
 
 def frontier_totals(bootstrap: str, status_topic: str) -> dict[str, int]:
-    from frontier.status import read_status
+    return snapshot(bootstrap, status_topic)[1]
 
-    totals: dict[str, int] = {}
-    for s in read_status({"bootstrap.servers": bootstrap, "log_level": "3"}, status_topic, max_age=10):
-        for k, v in s.totals.items():
-            totals[k] = totals.get(k, 0) + v
-    return totals
+
+def snapshot(bootstrap: str, status_topic: str) -> tuple[float, dict[str, int]]:
+    """(time of the newest instance snapshot, totals summed over the live instances)."""
+    from frontier.status import overview, read_status
+
+    ov = overview(read_status({"bootstrap.servers": bootstrap, "log_level": "3"}, status_topic, max_age=10))
+    return ov.at, ov.totals
+
+
+def measure_rate(bootstrap: str, status_topic: str, key: str, start: int, n: int, timeout: float,
+                 alive: Any = None) -> float:  # fmt: skip
+    """Per second of ``key`` over the middle of a run of ``n`` (from ``start``), timed by the
+    frontier's own snapshots: from the last snapshot below 5 % to the first at or above 95 %.
+    Startup and the tail are left out, and so is the poll's own latency."""
+    lo, hi = start + 0.05 * n, start + 0.95 * n
+    before: tuple[float, int] | None = None
+    deadline = time.perf_counter() + timeout
+    while time.perf_counter() < deadline:
+        if alive is not None:
+            alive()
+        at, totals = snapshot(bootstrap, status_topic)
+        value = totals.get(key, 0)
+        if value < lo:
+            before = (at, value)
+        elif value >= hi and before is not None and at > before[0]:
+            return (value - before[1]) / (at - before[0])
+        time.sleep(0.1)
+    raise TimeoutError(f"{key} did not reach {hi:.0f} within {timeout:.0f}s")
 
 
 def wait_total(bootstrap: str, status_topic: str, key: str, target: int, timeout: float, alive: Any = None) -> float:

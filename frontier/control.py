@@ -1,0 +1,63 @@
+"""Scope commands at run time: pause, resume, drop, and delay/concurrency overrides.
+
+A command travels on ``crawl.control`` to the partition of its scope's registrable domain, so
+the one instance that owns that domain applies it, whichever instance that is, and the result
+is in the partition's state (changelogged): it survives restarts and takeovers.
+
+Matching: a command on ``NAME`` applies to the scope ``NAME`` itself and to every host under it
+(``NAME`` or ``*.NAME``), so ``pause example.com`` holds ``www.example.com`` too.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from frontier.urls import registrable_domain
+from topics.partitioning import partition_for
+from topics.schemas import ControlCommand, encode
+
+
+class Override(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """What operators set on one scope name (stored as ``O<name>`` in the partition)."""
+
+    paused: bool = False
+    delay: float | None = None
+    concurrency: int | None = None
+
+    def empty(self) -> bool:
+        return not self.paused and self.delay is None and self.concurrency is None
+
+
+def scope_domain(scope: str) -> str:
+    """The registrable domain whose partition holds ``scope``."""
+    base = scope.split("#", 1)[0].lower().rstrip(".")
+    return registrable_domain(base)
+
+
+def covers(name: str, scope: str) -> bool:
+    """Does a command on ``name`` apply to ``scope``?"""
+    return scope == name or scope.endswith("." + name)
+
+
+def updated(current: Override, cmd: ControlCommand) -> Override:
+    """The override after ``cmd`` (drop leaves it unchanged)."""
+    if cmd.action == "pause":
+        return msgspec.structs.replace(current, paused=True)
+    if cmd.action == "resume":
+        return msgspec.structs.replace(current, paused=False)
+    if cmd.action == "set":
+        return msgspec.structs.replace(
+            current,
+            delay=cmd.delay if cmd.delay is not None else current.delay,
+            concurrency=cmd.concurrency if cmd.concurrency is not None else current.concurrency,
+        )
+    if cmd.action == "clear":
+        return Override(paused=current.paused)
+    return current
+
+
+def control_record(cmd: ControlCommand, partitions: int) -> tuple[bytes, bytes, int]:
+    """Validate ``cmd`` and return its (key, value, partition) on ``crawl.control``."""
+    cmd.validate()
+    domain = scope_domain(cmd.scope)
+    return domain.encode(), encode(cmd), partition_for(domain, partitions)

@@ -1,0 +1,127 @@
+"""Benchmark 6, end to end side by side with Scrapy: the same fleet of loopback sites (each with
+a hidden 4 requests/s token bucket, 429 + Retry-After above it, robots.txt disallowing /private),
+crawled by this project (1 frontier + 4 workers) and by Scrapy (AutoThrottle, ROBOTSTXT_OBEY,
+CONCURRENT_REQUESTS 64) in one run. Each crawler gets a fresh fleet of its own; figures are the
+sites' own: pages/s, total time, 429 ratio, politeness violations.
+
+    python -m tests.bench.versus_scrapy [--smoke | --full] [--bootstrap HOST:PORT]
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Producer
+
+from frontier.stack import Stack, TopicReader, read_pages, wait_until
+from tests.bench.common import broker, parser, report, size
+from tests.bench.fleet import FleetProcess, FleetReport, FleetSpec
+
+# This project runs twice: with its defaults (nothing configured: 1 s floor per host, AutoThrottle
+# from a 5 s start), and as a user might tune it for a fast broad crawl of sites whose limits they
+# do not know (0.1 s floor, AutoThrottle from 1 s, backoff and Retry-After gates on 429).
+CONFIGS: dict[str, dict[str, Any]] = {
+    "defaults": {},
+    "fast": {"delay": 0.1, "autothrottle": {"start_delay": 1.0}, "backoff": {"window": 4.0, "min_delay": 0.25}},
+}
+WORKERS, WORKER_CONCURRENCY = 4, 64
+
+
+def figures(fleet: FleetReport, pages: int, crawler_seconds: float) -> dict[str, Any]:
+    page_requests = fleet.requests - fleet.robots_requests
+    return {
+        "pages_200": fleet.pages_200,
+        "pages_reported": pages,
+        "pages_per_s": round(fleet.pages_200 / fleet.span, 1),
+        "site_span_s": round(fleet.span, 1),
+        "crawler_total_s": round(crawler_seconds, 1),
+        "requests": fleet.requests,
+        "status_429": fleet.status_429,
+        "ratio_429": round(fleet.status_429 / max(page_requests, 1), 4),
+        "sites_with_429": sum(1 for n in fleet.per_site_429 if n),
+        "gate_violations": fleet.gate_violations,
+        "disallowed_fetched": fleet.disallowed_fetched,
+        "max_concurrency_at_a_site": fleet.max_concurrency,
+    }
+
+
+def crawl_with_frontier(bootstrap: str, spec: FleetSpec, workdir: Path, throttle: dict[str, Any], timeout: float,
+                        workers: int = WORKERS, frontiers: int = 1) -> dict[str, Any]:  # fmt: skip
+    fleet = FleetProcess(spec)
+    stack = Stack(bootstrap, workdir, prefix=f"v{uuid.uuid4().hex[:6]}.", partitions=8, throttle=throttle)
+    reader: TopicReader | None = None
+    try:
+        stack.create_topics()
+        for i in range(frontiers):
+            stack.start_frontier(f"f{i}", own_state=frontiers > 1)
+        for i in range(workers):
+            stack.start_worker(f"w{i}", concurrency=WORKER_CONCURRENCY)
+        reader = TopicReader(stack.client, stack.topics.pages)
+        started = time.time()
+        producer = Producer(stack.client)
+        for url in fleet.urls:
+            producer.produce(stack.topics.urls, json.dumps({"url": url}).encode())
+        producer.flush(60)
+        seen: dict[str, str] = {}
+
+        def all_reported() -> bool:
+            stack.check_alive()
+            seen.update((p.url, p.outcome) for p in read_pages(reader))  # type: ignore[arg-type]
+            return len(seen) >= len(fleet.urls)
+
+        wait_until(all_reported, timeout, what="every URL on crawl.pages")
+        finished = time.time()
+        fetched = sum(1 for o in seen.values() if o == "fetched")
+        return {"disallowed_reported": sum(1 for o in seen.values() if o == "disallowed"),
+                **figures(fleet.report(), fetched, finished - started)}  # fmt: skip
+    finally:
+        if reader is not None:
+            reader.close()
+        stack.stop_all()
+        fleet.close()
+
+
+def crawl_with_scrapy(spec: FleetSpec, workdir: Path, timeout: float) -> dict[str, Any]:
+    fleet = FleetProcess(spec)
+    try:
+        urls, result = workdir / "urls.txt", workdir / "scrapy.json"
+        urls.write_text("\n".join(fleet.urls))
+        subprocess.run([sys.executable, "-m", "tests.bench.scrapy_crawl", str(urls), str(result)], check=True,
+                       timeout=timeout)  # fmt: skip
+        got = json.loads(result.read_text())
+        return {"scrapy": got["scrapy"], "outcomes": {k: v for k, v in got.items() if k.startswith(("status", "fail"))},
+                **figures(fleet.report(), got.get("status_200", 0), got["finished"] - got["started"])}  # fmt: skip
+    finally:
+        fleet.close()
+
+
+def main() -> None:
+    p = parser(__doc__.split("\n\n")[0])
+    args = p.parse_args()
+    spec = FleetSpec(sites=size(args, smoke=10, default=100, full=500), pages=size(args, smoke=5, default=20, full=20))
+    timeout = 120.0 if args.smoke else 900.0
+    with broker(args) as bootstrap, tempfile.TemporaryDirectory(prefix="bench-vs-scrapy-") as tmp:
+        rates: dict[str, float] = {}
+        for octet, (name, throttle) in enumerate(CONFIGS.items(), start=1):
+            fleet = FleetSpec(**{**spec.__dict__, "second_octet": octet})
+            ours = crawl_with_frontier(bootstrap, fleet, Path(tmp, name), throttle, timeout)
+            rates[name] = ours["pages_per_s"]
+            report("versus_scrapy", crawler=f"kafka-crawl-frontier ({name})", throttle=throttle, sites=spec.sites,
+                   pages_per_site=spec.pages, workers=WORKERS, **ours)  # fmt: skip
+        Path(tmp, "scrapy").mkdir()
+        fleet = FleetSpec(**{**spec.__dict__, "second_octet": len(CONFIGS) + 1})
+        theirs = crawl_with_scrapy(fleet, Path(tmp, "scrapy"), timeout)
+        report("versus_scrapy", crawler="scrapy", sites=spec.sites, pages_per_site=spec.pages, **theirs)
+        report("versus_scrapy", crawler="ratio", **{f"pages_per_s_{name}_over_scrapy": round(
+            rate / max(theirs["pages_per_s"], 1e-9), 2) for name, rate in rates.items()})  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
