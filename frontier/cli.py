@@ -1,8 +1,9 @@
 """``crawl-frontier``: the one console script.
 
 Subcommands: ``kafka up|down|status``, ``topics create``, ``submit``, ``pages``, ``status``,
-``scope``, ``frontier``, ``router``, ``worker``, ``demo``. Every command takes ``--config FILE`` (TOML; see ``frontier.config``);
-errors in arguments or configuration print one clear line and exit with status 2.
+``scope``, ``frontier``, ``router``, ``worker``, ``demo``. Every command takes ``--config FILE``
+(TOML; see ``frontier.config``); errors in arguments or configuration print one clear line and
+exit with status 2.
 """
 
 from __future__ import annotations
