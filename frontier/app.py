@@ -64,9 +64,7 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
         topic_partitions=t.partitions,
         topic_replication_factor=t.replication,
         datadir=f"{cfg.frontier.state_dir}/faust",
-        web_enabled=cfg.frontier.web_port > 0,
-        web_port=cfg.frontier.web_port or 6066,
-        web_bind="127.0.0.1",
+        web_enabled=False,  # the frontier serves its own page and metrics (frontier.web)
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
         broker_commit_every=1000,

@@ -152,7 +152,8 @@ class FrontierConfig:
     robots_retry: float = 60.0  # after a 5xx/network error (everything disallowed), retry this much later
     debug_throttle: bool = False  # log every delay change of every scope with its cause
     status_interval: float = 2.0  # seconds between status snapshots on crawl.frontier.status
-    web_port: int = 0  # faust web server port; 0 disables it
+    web_port: int = 0  # the live page, /api/status and /metrics (Prometheus); 0 disables it
+    web_bind: str = "127.0.0.1"  # address of that server ("0.0.0.0" in containers)
     embedded_router: bool = True  # route crawl.urls in this process; false: run `crawl-frontier router`
 
     def validate(self) -> None:
@@ -175,6 +176,8 @@ class WorkerConfig:
     max_redirects: int = 5
     block_private: bool = True  # refuse private/loopback/link-local/metadata addresses (after DNS)
     allow_networks: tuple[str, ...] = ()  # CIDRs allowed anyway, e.g. ["127.0.0.0/8"] for local tests
+    metrics_port: int = 0  # Prometheus /metrics of this worker; 0 disables it
+    metrics_bind: str = "127.0.0.1"
 
     def validate(self) -> None:
         import ipaddress

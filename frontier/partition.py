@@ -529,7 +529,9 @@ class PartitionFrontier:
     def next_wakeup(self) -> float | None:
         """The earliest time something may happen without new input."""
         lease = self._leases[0][0] if self._leases else None
-        times = [t for t in (self._scheduler.next_time(), lease, self._next_revisit) if t]
+        # at max_inflight nothing can go out before a lease closes (feedback wakes the loop)
+        due = self._scheduler.next_time() if self.inflight < self.settings.max_inflight else None
+        times = [t for t in (due, lease, self._next_revisit) if t is not None]
         return min(times) if times else None
 
     def queued_hosts(self) -> int:
@@ -571,5 +573,5 @@ class PartitionFrontier:
             reason, at = self._explain(biggest[scope][1], now) if scope in biggest else ("ready", None)
             rows.append(ScopeStatus(scope=scope, queued=n, inflight=st.inflight, delay=policy.delay(st, s),
                                  concurrency=policy.concurrency(st, s), gate_until=st.gate_until, backoff=st.backoff,
-                                 reason=reason, wait_until=at))  # fmt: skip
+                                 reason=reason, wait_until=at, sent=st.sent_total))  # fmt: skip
         return rows

@@ -57,6 +57,7 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ru_sent: int = 0
     paused: bool = False
     cause: str = ""  # why the delay last changed
+    sent_total: int = 0  # requests sent, ever (for request rates in status and charts)
 
 
 class Sent(msgspec.Struct, frozen=True):
@@ -244,7 +245,8 @@ def apply(state: ScopeState, event: Event, now: float, s: ScopeSettings) -> Scop
             used += event.cost
         srv = state.srv_remaining - 1 if state.srv_remaining > 0 and now < state.srv_until else state.srv_remaining
         return rep(state, inflight=state.inflight + 1, last_sent=max(state.last_sent, event.at), jitter_u=event.u,
-                   quota_used=used, quota_start=start, srv_remaining=srv, ru_sent=state.ru_sent + 1)  # fmt: skip
+                   quota_used=used, quota_start=start, srv_remaining=srv, ru_sent=state.ru_sent + 1,
+                   sent_total=state.sent_total + 1)  # fmt: skip
     if isinstance(event, Lost):
         return rep(state, inflight=max(0, state.inflight - 1))
     if isinstance(event, Robots):

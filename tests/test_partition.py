@@ -138,8 +138,13 @@ def test_lost_lease_requeues_after_deadline(kv: KV) -> None:
 
 def test_max_inflight_bounds_dispatch(kv: KV) -> None:
     f = PartitionFrontier(0, kv, FrontierConfig(max_inflight=2, robots_obey=False), THROTTLE, Log())
-    f.ingest(items("http://a.test/", "http://b.test/", "http://c.test/"), 0.0)
-    assert len(f.dispatch(0.0).jobs) == 2
+    f.ingest(items("http://a.test/", "http://b.test/", "http://c.test/"), 1.0)
+    assert len(f.dispatch(1.0).jobs) == 2
+    # c.test is due, but nothing can go out before a lease closes: the next wakeup is not "now"
+    # (it was, and the dispatch loop spun a whole core while at max_inflight)
+    wake = f.next_wakeup()
+    assert wake is not None and wake > 30.0
+
 
 
 def test_rebuild_from_store_restores_queues_and_leases(kv: KV) -> None:

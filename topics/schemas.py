@@ -135,6 +135,7 @@ class ScopeStatus(msgspec.Struct, kw_only=True):
     backoff: float
     reason: str  # why it is not dispatching now ("ready" when it is)
     wait_until: float | None = None
+    sent: int = 0  # requests sent to this scope, ever (rates come from two snapshots)
 
 
 class Status(msgspec.Struct, kw_only=True):

@@ -23,9 +23,11 @@ from urllib.parse import urljoin
 
 import aiohttp
 from confluent_kafka import Consumer, Message, TopicPartition
+from prometheus_client import start_http_server
 
 from frontier.config import Config
 from frontier.kafka_io import AsyncProducer, consumer_conf, coordinates, producer_conf
+from frontier.metrics import WorkerMetrics, lag
 from frontier.robots import MAX_ROBOTS_BYTES
 from topics.partitioning import partition_for
 from topics.schemas import (
@@ -106,6 +108,7 @@ class FetchWorker:
         self._partitions = cfg.topics.partitions
         self.fetched = 0
         self.returned = 0
+        self.metrics = WorkerMetrics()
         self._stop = threading.Event()
 
     def stop(self) -> None:
@@ -125,6 +128,9 @@ class FetchWorker:
                 },
             )
         )
+        if self.cfg.worker.metrics_port:
+            start_http_server(self.cfg.worker.metrics_port, self.cfg.worker.metrics_bind, self.metrics.registry)
+            log.info("metrics on http://%s:%d/metrics", self.cfg.worker.metrics_bind, self.cfg.worker.metrics_port)
         sem = asyncio.Semaphore(self.concurrency)
         tasks: set[asyncio.Task[None]] = set()
         policy = AddressPolicy(self.cfg.worker.allow_networks, self.cfg.worker.block_private)
@@ -146,7 +152,7 @@ class FetchWorker:
             self.tracker.forget(tps)
 
         consumer.subscribe([self.topics.jobs], on_revoke=on_revoke, on_lost=on_revoke)
-        last_commit = time.monotonic()
+        last_commit = last_lag = time.monotonic()
         try:
             async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
                 # aiohttp silently re-sends a request when a reused keep-alive connection was
@@ -171,6 +177,9 @@ class FetchWorker:
                     if time.monotonic() - last_commit > 1.0:
                         last_commit = time.monotonic()
                         self._commit(consumer)
+                    if self.cfg.worker.metrics_port and time.monotonic() - last_lag > 2.0:
+                        last_lag = time.monotonic()
+                        self.metrics.lag.set(await asyncio.to_thread(lag, consumer, consumer.assignment()))
                 if tasks:
                     await asyncio.wait(tasks, timeout=self.cfg.frontier.fetch_timeout + 5)
         finally:
@@ -208,9 +217,12 @@ class FetchWorker:
         item = job.item
         if time.time() > job.expires_at:
             self.returned += 1
+            self.metrics.observe(job.kind, "expired", 0, 0.0)
             await self._send_feedback(Feedback(lease=job.lease, host=item.host, domain=item.domain, url=item.url,
                                                outcome="expired"))  # fmt: skip
             return
+        m = self.metrics
+        m.held.inc()
         async with sem:
             gate = self._gates[item.host]
             async with gate.lock:
@@ -219,11 +231,17 @@ class FetchWorker:
                 while (wait := slot - time.time()) > 0:
                     await asyncio.sleep(wait)
                 gate.last_sent = time.time()
-            if job.kind == "robots":
-                result = await fetch(session, item.url, job.timeout, MAX_ROBOTS_BYTES, max_redirects=5)
-            else:
-                result = await fetch(session, item.url, job.timeout, self.cfg.worker.max_body_bytes)
+            m.held.dec()
+            m.inflight.inc()
+            try:
+                if job.kind == "robots":
+                    result = await fetch(session, item.url, job.timeout, MAX_ROBOTS_BYTES, max_redirects=5)
+                else:
+                    result = await fetch(session, item.url, job.timeout, self.cfg.worker.max_body_bytes)
+            finally:
+                m.inflight.dec()
         self.fetched += 1
+        m.observe(job.kind, "error" if result.error else "fetched", result.status, result.latency)
         if job.kind == "robots":
             await self._send_feedback(self._feedback_of(job, result, "error" if result.error else "fetched",
                                                         body=result.body))  # fmt: skip

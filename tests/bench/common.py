@@ -84,12 +84,11 @@ def snapshot(bootstrap: str, status_topic: str) -> tuple[float, dict[str, int]]:
 
 
 def measure_rate(bootstrap: str, status_topic: str, key: str, start: int, n: int, timeout: float,
-                 alive: Any = None) -> float:  # fmt: skip
+                 alive: Any = None, before: tuple[float, int] | None = None) -> float:  # fmt: skip
     """Per second of ``key`` over the middle of a run of ``n`` (from ``start``), timed by the
-    frontier's own snapshots: from the last snapshot below 5 % to the first at or above 95 %.
-    Startup and the tail are left out, and so is the poll's own latency."""
+    frontier's own snapshots: from the last snapshot below 5 % (or ``before``, a snapshot taken
+    before the run began) to the first at or above 95 %. The poll's own latency is left out."""
     lo, hi = start + 0.05 * n, start + 0.95 * n
-    before: tuple[float, int] | None = None
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
         if alive is not None:

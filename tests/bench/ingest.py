@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from frontier.stack import Stack
-from tests.bench.common import broker, measure_rate, parser, produce_urls, report, size, wait_total
+from tests.bench.common import broker, measure_rate, parser, produce_urls, report, size, snapshot, wait_total
 
 FRONTIER = {"robots_obey": False, "status_interval": 0.2, "max_inflight": 1}  # ingest only: no dispatch to speak of
 
@@ -28,12 +28,14 @@ def run_ingest(bootstrap: str, workdir: Path, embedded: bool, preload: int, batc
     results = {}
     try:
         for label, n, start in (("empty", preload, 0), ("holding", batch, preload)):
+            at, totals = snapshot(bootstrap, stack.topics.status)
+            before = (at, totals.get("ingested", 0)) if at else None  # the frontier's last word before the run
             produce_urls(bootstrap, stack.topics.urls, n, domains, start)
             if label == "empty":
                 stack.start_frontier()
                 if not embedded:
                     stack.start_router()
-            rate = measure_rate(bootstrap, stack.topics.status, "ingested", start, n, 900, stack.check_alive)
+            rate = measure_rate(bootstrap, stack.topics.status, "ingested", start, n, 900, stack.check_alive, before)
             wait_total(bootstrap, stack.topics.status, "ingested", start + n, 900, stack.check_alive)
             results[label] = round(rate)
     finally:
