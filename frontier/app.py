@@ -12,18 +12,22 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, cast
 
 import faust
+from aiohttp import web
 
 from frontier.config import Config
 from frontier.router import Router
 from frontier.service import FrontierService
+from frontier.web import LagProbe, StatusFeed, build_web
 from topics.schemas import ControlCommand, FeedbackBatch, SchemaError, UrlBatch, decode
 
 log = logging.getLogger("frontier")
+LAG_INTERVAL = 10.0  # seconds between consumer lag measurements
 
 
 def faust_credentials(extra: Mapping[str, str]) -> Any:
@@ -123,16 +127,31 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
     app.on_partitions_revoked.connect(cast(Any, revoked))
 
     router = Router(cfg.kafka.client_conf(), t, group=router_group(cfg)) if cfg.frontier.embedded_router else None
+    service.router = router
 
     async def run() -> None:
         if router is not None:
             router.start()
+        runner = await start_web(cfg, service) if cfg.frontier.web_port else None
+        probe = LagProbe(cfg.kafka.client_conf(), cfg.frontier.app_id)
         loop_task = asyncio.ensure_future(service.dispatch_loop())
-        while not loop_task.done():
-            if router is not None and router.error is not None:
-                raise RuntimeError(f"router failed: {router.error}")
-            await asyncio.sleep(0.5)
-        loop_task.result()
+        last_lag = 0.0
+        try:
+            while not loop_task.done():
+                if router is not None and router.error is not None:
+                    raise RuntimeError(f"router failed: {router.error}")
+                if time.monotonic() - last_lag > LAG_INTERVAL:
+                    last_lag = time.monotonic()
+                    owned = sorted(service.owned_partitions())
+                    for role, topic in (("bydomain", t.bydomain), ("feedback", t.feedback), ("control", t.control)):
+                        value = await asyncio.to_thread(probe.measure, topic, owned)
+                        service.metrics.lag.labels(role).set(value)
+                await asyncio.sleep(0.5)
+            loop_task.result()
+        finally:
+            await asyncio.to_thread(probe.close)
+            if runner is not None:
+                await runner.cleanup()
 
     async def shutdown(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
         if router is not None:
@@ -143,6 +162,19 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
     app.on_before_shutdown.connect(cast(Any, shutdown))
 
     return app, service
+
+
+async def start_web(cfg: Config, service: FrontierService) -> web.AppRunner:
+    """The live page, JSON API and /metrics on ``frontier.web_bind:web_port``."""
+    feed = StatusFeed(cfg.kafka.client_conf(), cfg.topics.status)
+    feed.start()
+    app = build_web(feed, service, service.watched)
+    app.on_cleanup.append(lambda _app: asyncio.to_thread(feed.stop))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, cfg.frontier.web_bind, cfg.frontier.web_port).start()
+    log.info("live page on http://%s:%d/ (metrics: /metrics)", cfg.frontier.web_bind, cfg.frontier.web_port)
+    return runner
 
 
 def run_frontier(cfg: Config, loglevel: str = "info") -> None:

@@ -107,7 +107,7 @@ class WorkerMetrics:
 
 
 def lag(consumer: Any, partitions: list[Any]) -> int:
-    """Sum of (high watermark − position) over ``partitions`` (cached watermarks: no broker call)."""
+    """Sum of (high watermark - position) over ``partitions`` (cached watermarks: no broker call)."""
     total = 0
     for tp in consumer.position(partitions):
         if tp.offset < 0:

@@ -99,6 +99,8 @@ class Stats(msgspec.Struct, kw_only=True):
     stale_feedback: int = 0
     disallowed: int = 0
     robots_fetched: int = 0
+    fetched: int = 0  # pages with a response (any status) as the final outcome
+    failed: int = 0  # pages that ended in a network error after their retries
     dropped: int = 0  # queued URLs removed by an operator's drop
     revisits: int = 0  # URLs re-queued because their revisit interval passed
 
@@ -417,6 +419,10 @@ class PartitionFrontier:
             self.stats.retried += 1
         else:
             self.stats.completed += 1
+            if fb.outcome == "error":
+                self.stats.failed += 1
+            else:
+                self.stats.fetched += 1
             if item.revisit > 0:
                 self._schedule_revisit(item, now)
         event = policy.Done(sent_at=fb.sent_at, status=fb.status, latency=fb.latency, error=fb.error,
@@ -544,6 +550,9 @@ class PartitionFrontier:
     def _explain(self, qid: str, now: float) -> tuple[str, float | None]:
         """Why ``qid`` is not dispatching now (no side effects: for status only)."""
         scopes = qid.split(SEP)
+        paused = self._paused_by(scopes) if self._overrides else None
+        if paused is not None:
+            return f"paused ({paused})", None
         if self.settings.robots_obey:
             rules = self._robots(scopes[0], now)
             if rules is None:
@@ -566,12 +575,17 @@ class PartitionFrontier:
                 queued[scope] += n
                 if n > biggest.get(scope, (0, ""))[0]:
                     biggest[scope] = (n, qid)
-        rows = []
-        for scope, n in queued.most_common(top):
-            s = self.scope_settings(scope)
-            st = policy.advance(self._state(scope), now, s)
-            reason, at = self._explain(biggest[scope][1], now) if scope in biggest else ("ready", None)
-            rows.append(ScopeStatus(scope=scope, queued=n, inflight=st.inflight, delay=policy.delay(st, s),
-                                 concurrency=policy.concurrency(st, s), gate_until=st.gate_until, backoff=st.backoff,
-                                 reason=reason, wait_until=at, sent=st.sent_total))  # fmt: skip
-        return rows
+        return [self.scope_row(scope, now, n, biggest.get(scope, (0, ""))[1]) for scope, n in queued.most_common(top)]
+
+    def scope_row(self, scope: str, now: float, queued: int | None = None, qid: str = "") -> ScopeStatus:
+        """One scope's status row (``queued`` counted over its queues when not given)."""
+        if queued is None:
+            mine = [(n, q) for q, n in self._queued.items() if scope in q.split(SEP)]
+            queued = sum(n for n, _ in mine)
+            qid = max(mine)[1] if mine else ""
+        s = self.scope_settings(scope)
+        st = policy.advance(self._state(scope), now, s)
+        reason, at = self._explain(qid, now) if qid else ("ready", None)
+        return ScopeStatus(scope=scope, queued=queued, inflight=st.inflight, delay=policy.delay(st, s),
+                           concurrency=policy.concurrency(st, s), gate_until=st.gate_until, backoff=st.backoff,
+                           reason=reason, wait_until=at, sent=st.sent_total)  # fmt: skip

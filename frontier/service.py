@@ -24,11 +24,15 @@ import msgspec
 from confluent_kafka import Message
 
 from frontier.config import Config
+from frontier.control import scope_domain
 from frontier.kafka_io import AsyncProducer, producer_conf
+from frontier.metrics import FrontierMetrics, cause_class, fetch_class
 from frontier.partition import PartitionFrontier
+from frontier.router import Router
 from frontier.standby import Standby
 from frontier.state import changelog_end, close_partition, db_path, open_partition
 from frontier.store import META, RocksKV
+from topics.partitioning import partition_for
 from topics.schemas import ControlCommand, FeedbackBatch, Page, Rejected, Status, UrlBatch, encode
 
 ACK_KEY = META + b"ack"  # marker records closing a run of changelog writes (tombstones; never stored)
@@ -65,6 +69,13 @@ class FrontierService:
         self._producer: AsyncProducer | None = None
         self.running = False
         self.instance = f"{socket.gethostname()}-{os.getpid()}"
+        self.metrics = FrontierMetrics(self.metric_totals)
+        self.watched: set[str] = set()  # scopes asked for on the live page (bounded there)
+        self.router: Router | None = None  # the embedded router, if any (its rejections count here)
+        self.rejected = 0  # records this process put on crawl.rejected (its router's and dead letters)
+        self._gates: dict[str, float] = {}  # scope → gate end, for the gates-active gauge
+        self._rate_mark: tuple[float, int] = (time.monotonic(), 0)  # for pages/s in the status totals
+        self.pages_per_s = 0.0
         self.standby: Standby | None = None
         if cfg.frontier.standby_replicas:
             self.standby = Standby(self.client, self.topics.state, cfg.frontier.state_dir, cfg.frontier.app_id)
@@ -133,6 +144,12 @@ class FrontierService:
             await asyncio.to_thread(self._producer.close)
 
     def _delay_changed(self, scope: str, old: float, new: float, cause: str) -> None:
+        self.metrics.delay_changes.labels(cause_class(cause)).inc()
+        if cause.startswith("gate until +"):  # "gate until +12s (cause)", from PartitionFrontier._apply
+            try:
+                self._gates[scope] = self.clock() + float(cause[len("gate until +") :].split("s", 1)[0])
+            except ValueError:
+                pass
         level = logging.INFO if self.cfg.frontier.debug_throttle else logging.DEBUG
         throttle_log.log(level, "scope %s delay %.3f -> %.3f: %s", scope, old, new, cause)
 
@@ -166,6 +183,9 @@ class FrontierService:
 
         self.producer.send_nowait(self.topics.state, None, key=ACK_KEY, partition=p, on_delivery=delivered)
 
+    def owned_partitions(self) -> set[int]:
+        return set(self._owned)
+
     async def _partition(self, p: int) -> _Owned:
         await self._ready[p].wait()
         return self._owned[p]
@@ -182,6 +202,7 @@ class FrontierService:
         now = self.clock()
         for fb in batch.items:
             owned.frontier.feedback(fb, now)
+            self.metrics.feedback.labels(fetch_class(fb.outcome, fb.status)).inc()
         self._mark(p, owned, (event,))
         self._wake.set()
 
@@ -198,6 +219,7 @@ class FrontierService:
         log.error("undecodable record %s[%d]@%d: %s", topic, partition, offset, exc)
         rejected = Rejected(reason=f"undecodable: {exc}", original=raw or b"", topic=topic, partition=partition,
                             offset=offset)  # fmt: skip
+        self.rejected += 1
         await self.producer.send(self.topics.rejected, encode(rejected))
 
     # -- dispatch ----------------------------------------------------------------------------------
@@ -211,6 +233,7 @@ class FrontierService:
             result = f.dispatch(now)
             for job in result.jobs:
                 self.producer.send_nowait(self.topics.jobs, encode(job), key=job.item.host.encode())
+                self.metrics.jobs.labels(job.kind).inc()
             for item in result.disallowed:
                 page = Page(url=item.url, outcome="disallowed", error="disallowed by robots.txt", meta=item.meta,
                             fetched_at=now)  # fmt: skip
@@ -249,10 +272,24 @@ class FrontierService:
         """This instance's view: totals and the busiest scopes of every owned partition."""
         rows = [row for owned in self._owned.values() for row in owned.frontier.scope_rows(now, top)]
         rows.sort(key=lambda r: (-r.queued, r.scope))
+        rows = rows[:top]
+        listed = {r.scope for r in rows}
+        for scope in sorted(self.watched - listed):  # scopes someone is charting on a live page
+            owned = self._owned.get(partition_for(scope_domain(scope), self.topics.partitions))
+            if owned is not None:
+                rows.append(owned.frontier.scope_row(scope, now))
         totals = self.stats()
         totals["queued"] = sum(o.frontier.queued() for o in self._owned.values())
+        totals["rejected"] = self.rejected + (self.router.rejected if self.router is not None else 0)
+        mark_at, mark_done = self._rate_mark
+        elapsed = time.monotonic() - mark_at
+        if elapsed >= 5.0:  # pages/s over the last 5+ seconds of this instance's partitions
+            done = totals.get("completed", 0) + totals.get("disallowed", 0)
+            self.pages_per_s = max(0.0, (done - mark_done) / elapsed)
+            self._rate_mark = (time.monotonic(), done)
+        totals["pages_per_s"] = round(self.pages_per_s)
         return Status(instance=self.instance, at=now, partitions=sorted(self._owned), totals=totals,
-                      scopes=rows[:top])  # fmt: skip
+                      scopes=rows)  # fmt: skip
 
     def publish_status(self, now: float) -> None:
         self.producer.send_nowait(self.topics.status, encode(self.status(now)), key=self.instance.encode())
@@ -266,3 +303,12 @@ class FrontierService:
             totals["hosts_due"] += owned.frontier.queued_hosts()
         totals["partitions"] = len(self._owned)
         return dict(totals)
+
+    def metric_totals(self) -> dict[str, int]:
+        """What the Prometheus gauges read at scrape time."""
+        totals = self.stats()
+        totals["queued"] = sum(o.frontier.queued() for o in self._owned.values())
+        now = self.clock()
+        self._gates = {scope: until for scope, until in self._gates.items() if until > now}
+        totals["gates_active"] = len(self._gates)
+        return totals

@@ -146,7 +146,6 @@ def test_max_inflight_bounds_dispatch(kv: KV) -> None:
     assert wake is not None and wake > 30.0
 
 
-
 def test_rebuild_from_store_restores_queues_and_leases(kv: KV) -> None:
     f = make(kv)
     f.ingest(items("http://a.test/1", "http://a.test/2", "http://b.test/1"), 0.0)

@@ -95,7 +95,9 @@ def measure_rate(bootstrap: str, status_topic: str, key: str, start: int, n: int
             alive()
         at, totals = snapshot(bootstrap, status_topic)
         value = totals.get(key, 0)
-        if value < lo:
+        if at <= 0:
+            pass  # no live instance has published yet
+        elif value < lo:
             before = (at, value)
         elif value >= hi and before is not None and at > before[0]:
             return (value - before[1]) / (at - before[0])
