@@ -1,7 +1,8 @@
 """Configuration: one TOML file, typed frozen sections, validated at load with messages that
-name the key. Environment variables override the Kafka connection and topic layout
-(``CRAWL_KAFKA_BOOTSTRAP``, ``CRAWL_TOPIC_PREFIX``, ``CRAWL_PARTITIONS``) and the frontier's
-state directory (``CRAWL_FRONTIER_STATE_DIR``, one per instance).
+name the key. Any key can be overridden from the environment as ``CRAWL__SECTION__KEY``
+(:func:`merge_env`); the short forms ``CRAWL_KAFKA_BOOTSTRAP``, ``CRAWL_TOPIC_PREFIX``,
+``CRAWL_PARTITIONS`` and ``CRAWL_FRONTIER_STATE_DIR`` (one per instance) still work. Every key
+is documented in docs/CONFIGURATION.md.
 
 Example::
 
@@ -355,4 +356,38 @@ def load(path: str | Path | None, env: Mapping[str, str] | None = None) -> Confi
             raise ConfigError(f"config file not found: {path}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
-    return apply_env(from_dict(data), os.environ if env is None else env)
+    env = os.environ if env is None else env
+    return apply_env(from_dict(merge_env(data, env)), env)
+
+
+ENV_PREFIX = "CRAWL__"
+
+
+def merge_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
+    """Overlay ``CRAWL__SECTION__KEY=value`` variables on the file's data (containers).
+
+    Nested keys take more ``__`` (``CRAWL__THROTTLE__AUTOTHROTTLE__START_DELAY=0``); values are
+    read as TOML values (``8``, ``true``, ``["a", "b"]``) and otherwise as strings. Under
+    ``kafka.extra`` an underscore stands for a dot: ``CRAWL__KAFKA__EXTRA__SASL_PASSWORD`` sets
+    ``sasl.password``. Scope tables cannot be set this way (their names have dots).
+    """
+    out: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
+    for name, raw in sorted(env.items()):
+        if not name.startswith(ENV_PREFIX) or len(name) == len(ENV_PREFIX):
+            continue
+        path = name[len(ENV_PREFIX) :].lower().split("__")
+        if path[:2] == ["kafka", "extra"] and len(path) == 3:
+            path[2] = path[2].replace("_", ".")
+        try:
+            value: Any = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            value = raw
+        node = out
+        for part in path[:-1]:
+            child = node.get(part)
+            if not isinstance(child, dict):
+                child = {}
+            node[part] = child = dict(child)
+            node = child
+        node[path[-1]] = value
+    return out

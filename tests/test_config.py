@@ -87,3 +87,54 @@ def test_worker_allow_networks() -> None:
     assert from_dict({"worker": {"allow_networks": ["127.0.0.0/8"]}}).worker.allow_networks == ("127.0.0.0/8",)
     with pytest.raises(ConfigError, match=r"worker\.allow_networks: 'nope'"):
         from_dict({"worker": {"allow_networks": ["nope"]}})
+
+
+def test_any_key_can_be_set_from_the_environment(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('[frontier]\nweb_port = 1\n[throttle]\ndelay = 2.0\n[worker]\nallow_networks = ["10.0.0.0/8"]\n')
+    env = {
+        "CRAWL__FRONTIER__WEB_PORT": "8080",
+        "CRAWL__FRONTIER__WEB_BIND": "0.0.0.0",
+        "CRAWL__THROTTLE__AUTOTHROTTLE__START_DELAY": "0.5",
+        "CRAWL__KAFKA__EXTRA__SASL_PASSWORD": "s3cret",
+        "CRAWL__WORKER__ALLOW_NETWORKS": '["127.0.0.0/8"]',
+        "CRAWL__FRONTIER__ROBOTS_OBEY": "false",
+        "UNRELATED": "x",
+    }
+    cfg = load(path, env)
+    assert (cfg.frontier.web_port, cfg.frontier.web_bind, cfg.frontier.robots_obey) == (8080, "0.0.0.0", False)
+    assert cfg.throttle.default.delay == 2.0 and cfg.throttle.default.autothrottle.start_delay == 0.5
+    assert cfg.kafka.extra["sasl.password"] == "s3cret"
+    assert cfg.worker.allow_networks == ("127.0.0.0/8",)
+    with pytest.raises(ConfigError, match=r"frontier\.web_port"):
+        load(path, {"CRAWL__FRONTIER__WEB_PORT": "eighty"})
+    with pytest.raises(ConfigError, match="nonsense"):
+        load(path, {"CRAWL__FRONTIER__NONSENSE": "1"})
+
+
+def test_every_key_is_documented() -> None:
+    """docs/CONFIGURATION.md names every key the loader accepts."""
+    doc = (Path(__file__).parent.parent / "docs" / "CONFIGURATION.md").read_text()
+    missing = [key for key in all_keys() if f"`{key}`" not in doc]
+    assert not missing, missing
+
+
+def all_keys() -> list[str]:
+    from dataclasses import fields, is_dataclass
+
+    from frontier.config import Config, ScopeSettings
+
+    keys: list[str] = []
+
+    def walk(cls: type, prefix: str) -> None:
+        for f in fields(cls):
+            default = getattr(cls(), f.name)
+            if is_dataclass(default) and not isinstance(default, type):
+                walk(type(default), f"{prefix}{f.name}.")
+            elif f.name not in ("default", "scopes", "extra"):
+                keys.append(f"{prefix}{f.name}")
+
+    for section in ("kafka", "topics", "frontier", "worker"):
+        walk(type(getattr(Config(), section)), f"{section}.")
+    walk(ScopeSettings, "throttle.")
+    return [*keys, "kafka.extra", "throttle.scopes"]

@@ -1,0 +1,166 @@
+"""Static validation of deploy/ (no Docker or Kubernetes here): the compose file and the
+manifests parse, every command is a valid ``crawl-frontier`` invocation, every configuration
+(file, ConfigMap, environment variables) loads, and every reference resolves."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from frontier.cli import build_parser
+from frontier.config import Config, load, merge_env
+
+DEPLOY = Path(__file__).parent.parent / "deploy"
+REPO = DEPLOY.parent
+KNOWN_KINDS = {"ConfigMap", "Job", "Service", "StatefulSet", "Deployment", "ScaledObject", "Kustomization"}
+
+
+def manifests() -> list[dict[str, Any]]:
+    docs = []
+    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
+    return docs
+
+
+def by_kind(kind: str) -> list[dict[str, Any]]:
+    return [d for d in manifests() if d["kind"] == kind]
+
+
+def pod_specs() -> list[tuple[str, dict[str, Any]]]:
+    return [(d["metadata"]["name"], d["spec"]["template"]["spec"]) for d in manifests()
+            if d["kind"] in ("Job", "StatefulSet", "Deployment")]  # fmt: skip
+
+
+def check_command(command: list[str]) -> Any:
+    """A container command must be a valid crawl-frontier invocation; return the parsed args."""
+    assert command[0] == "crawl-frontier", command
+    return build_parser().parse_args(command[1:])
+
+
+def k8s_config(tmp_path: Path) -> Config:
+    (cm,) = [d for d in by_kind("ConfigMap") if d["metadata"]["name"] == "crawl-config"]
+    path = tmp_path / "crawl.toml"
+    path.write_text(cm["data"]["crawl.toml"])
+    return load(path, {})
+
+
+def test_every_manifest_is_well_formed_and_listed_in_the_kustomization() -> None:
+    docs = manifests()
+    assert {d["kind"] for d in docs} <= KNOWN_KINDS
+    for d in docs:
+        assert d.get("apiVersion") and (d["kind"] == "Kustomization" or d["metadata"]["name"])
+    (kust,) = by_kind("Kustomization")
+    files = {p.name for p in (DEPLOY / "k8s").glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kust["resources"]) == files
+
+
+def test_pods_run_real_cli_commands_with_resolvable_volumes_and_ports(tmp_path: Path) -> None:
+    cfg = k8s_config(tmp_path)
+    configmaps = {d["metadata"]["name"] for d in by_kind("ConfigMap")}
+    for name, spec in pod_specs():
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        claims = set()
+        for d in manifests():
+            if d["kind"] == "StatefulSet" and d["metadata"]["name"] == name:
+                claims = {c["metadata"]["name"] for c in d["spec"].get("volumeClaimTemplates", [])}
+        for c in spec["containers"]:
+            args = check_command(c["command"])
+            assert args.config == Path("/etc/crawl/crawl.toml")
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+            assert mounts.get("/etc/crawl") == "config", f"{name}: the config file must be mounted"
+            for mount_name in mounts.values():
+                assert mount_name in volumes or mount_name in claims, f"{name}: volume {mount_name} undefined"
+            for v in volumes.values():
+                if "configMap" in v:
+                    assert v["configMap"]["name"] in configmaps
+            env = {e["name"]: e["value"] for e in c.get("env", [])}
+            load(None, env)  # CRAWL__ variables must name real keys with valid values
+            ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
+            if args.command == "frontier":
+                assert ports["web"] == cfg.frontier.web_port and cfg.frontier.web_bind == "0.0.0.0"
+                assert "/data" in mounts and cfg.frontier.state_dir == "/data"
+                for probe in ("readinessProbe", "livenessProbe"):
+                    assert c[probe]["httpGet"]["path"] in ("/api/status", "/metrics")
+                    assert c[probe]["httpGet"]["port"] in ports
+            if args.command == "worker":
+                assert ports["metrics"] == cfg.worker.metrics_port and cfg.worker.metrics_bind == "0.0.0.0"
+
+
+def test_services_select_pods_and_autoscaling_targets_the_worker_group(tmp_path: Path) -> None:
+    cfg = k8s_config(tmp_path)
+    labels = {}
+    for d in manifests():
+        if d["kind"] in ("StatefulSet", "Deployment"):
+            labels[d["metadata"]["name"]] = d["spec"]["template"]["metadata"]["labels"]
+            assert d["spec"]["selector"]["matchLabels"].items() <= labels[d["metadata"]["name"]].items()
+    for svc in by_kind("Service"):
+        assert any(svc["spec"]["selector"].items() <= lab.items() for lab in labels.values()), svc["metadata"]
+    (sts,) = by_kind("StatefulSet")
+    assert sts["spec"]["serviceName"] in {s["metadata"]["name"] for s in by_kind("Service")}
+    assert sts["spec"]["replicas"] <= cfg.topics.partitions
+    (scaled,) = by_kind("ScaledObject")
+    assert scaled["spec"]["scaleTargetRef"]["name"] in {d["metadata"]["name"] for d in by_kind("Deployment")}
+    (trigger,) = scaled["spec"]["triggers"]
+    assert trigger["metadata"]["consumerGroup"] == f"{cfg.frontier.app_id}-workers"  # the workers' group
+    assert trigger["metadata"]["topic"] == cfg.topics.jobs
+    assert trigger["metadata"]["bootstrapServers"] == cfg.kafka.bootstrap
+    assert scaled["spec"]["maxReplicaCount"] <= cfg.topics.partitions
+
+
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    return data
+
+
+def test_compose_has_three_brokers_two_frontiers_and_resolving_references() -> None:
+    services = compose()["services"]
+    brokers = [n for n, s in services.items() if s.get("image", "").startswith("apache/kafka")]
+    assert len(brokers) == 3
+    voters = services[brokers[0]]["environment"]["KAFKA_CONTROLLER_QUORUM_VOTERS"].split(",")
+    assert sorted(v.split("@")[1].split(":")[0] for v in voters) == sorted(brokers)
+    assert sorted(services[b]["environment"]["KAFKA_NODE_ID"] for b in brokers) == [1, 2, 3]
+    file_cfg = load(DEPLOY / "crawl.toml", {})
+    assert sorted(h.split(":")[0] for h in file_cfg.kafka.bootstrap.split(",")) == sorted(brokers)
+    assert file_cfg.topics.replication <= len(brokers)
+    roles: dict[str, int] = {}
+    named_volumes = set(compose()["volumes"])
+    for name, s in services.items():
+        for dep in s.get("depends_on", []):
+            assert dep in services, f"{name} depends on unknown {dep}"
+        for v in s.get("volumes", []):
+            source = v.split(":")[0]
+            if source.startswith("."):
+                assert (DEPLOY / source).exists(), f"{name}: {source} missing"
+            else:
+                assert source in named_volumes, f"{name}: volume {source} undeclared"
+        if "command" in s:
+            args = check_command(s["command"])
+            roles[args.command] = roles.get(args.command, 0) + 1
+            assert (DEPLOY / s["build"]["context"] / s["build"]["dockerfile"]).exists()
+    assert roles == {"topics": 1, "frontier": 2, "worker": 1}
+    frontier_volumes = [v for n, s in services.items() for v in s.get("volumes", []) if v.endswith(":/data")]
+    assert len(set(frontier_volumes)) == 2  # one state volume per frontier instance
+
+
+def test_dockerfile_copies_what_exists_and_runs_the_cli() -> None:
+    text = (DEPLOY / "Dockerfile").read_text()
+    for line in text.splitlines():
+        if line.startswith("COPY "):
+            for source in line.split()[1:-1]:
+                assert (REPO / source).exists(), source
+    cmd = re.search(r"^CMD (\[.*\])$", text, re.M)
+    assert cmd is not None
+    check_command(yaml.safe_load(cmd.group(1)))
+
+
+def test_the_deploy_config_file_and_env_merge(tmp_path: Path) -> None:
+    raw = tomllib.loads((DEPLOY / "crawl.toml").read_text())
+    merged = merge_env(raw, {"CRAWL__WORKER__CONCURRENCY": "64"})
+    assert merged["worker"]["concurrency"] == 64 and raw["worker"]["concurrency"] == 32
+    with pytest.raises(SystemExit):
+        check_command(["crawl-frontier", "frontier", "--no-such-flag"])
