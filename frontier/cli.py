@@ -245,7 +245,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from frontier.demo import run_demo
 
-    return run_demo(duration=args.duration, sites=args.sites, pages=args.pages)
+    return run_demo(duration=args.duration, sites=args.sites, pages=args.pages, linger=args.linger)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -310,6 +310,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--duration", type=float, default=60.0, help="upper bound on the crawl, seconds")
     d.add_argument("--sites", type=int, default=4)
     d.add_argument("--pages", type=int, default=12)
+    d.add_argument("--linger", type=float, default=0.0, help="keep the stack (and its live page) up this long after")
     d.set_defaults(func=cmd_demo)
     return p
 

@@ -21,6 +21,7 @@ from confluent_kafka import Producer
 from deploy.kafka import LocalKafka, free_port
 from frontier.demo_sites import SiteFleet
 from frontier.stack import Stack, TopicReader, read_pages, read_rejected
+from frontier.status import read_status, render
 from topics.schemas import Page, Rejected
 
 DEFAULT_DELAY, DEFAULT_CONCURRENCY = 0.5, 1
@@ -69,7 +70,7 @@ def _submit(stack: Stack, roots: list[str]) -> None:
         raise RuntimeError("could not publish the demo's URLs")
 
 
-def run_demo(duration: float = 60.0, sites: int = 4, pages: int = 12) -> int:
+def run_demo(duration: float = 60.0, sites: int = 4, pages: int = 12, linger: float = 0.0) -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="crawl-demo-") as tmp:
         work = Path(tmp)
@@ -88,8 +89,10 @@ def run_demo(duration: float = 60.0, sites: int = 4, pages: int = 12) -> int:
             }
             default = {"delay": DEFAULT_DELAY, "concurrency": DEFAULT_CONCURRENCY,
                        "autothrottle": {"start_delay": 1.0}}  # fmt: skip
+            web = free_port()
             stack = Stack(bootstrap, work / "stack", prefix="demo.", partitions=4,
-                          throttle={**default, "scopes": scopes})  # fmt: skip
+                          throttle={**default, "scopes": scopes},
+                          frontier={"web_port": web, "status_interval": 1.0})  # fmt: skip
             stack.create_topics()
             stack.start_frontier()
             stack.start_worker("worker-1", concurrency=8)
@@ -98,9 +101,11 @@ def run_demo(duration: float = 60.0, sites: int = 4, pages: int = 12) -> int:
             expected = sites * pages
             print(f"demo: {sites} sites x {pages} pages on {', '.join(s.host for s in fleet.sites)} "
                   f"port {fleet.port}; expecting {expected} pages", flush=True)  # fmt: skip
+            print(f"demo: live page http://127.0.0.1:{web}/  metrics http://127.0.0.1:{web}/metrics", flush=True)
             reader = TopicReader(stack.client, stack.topics.pages)
             got: dict[str, Page] = {}
             last_print = 0.0
+            shown_status = False
             deadline = time.monotonic() + duration
             while time.monotonic() < deadline and len(got) < expected:
                 stack.check_alive()
@@ -111,11 +116,25 @@ def run_demo(duration: float = 60.0, sites: int = 4, pages: int = 12) -> int:
                     per_site = " ".join(f"{s.host}:{len(s.hits)}" for s in fleet.sites)
                     print(f"  {time.monotonic() - started:5.1f}s  pages {len(got)}/{expected}  requests {per_site}",
                           flush=True)  # fmt: skip
+                    if not shown_status and len(got) >= expected // 3:
+                        shown_status = True  # what `crawl-frontier status` shows mid-crawl
+                        print("\n$ crawl-frontier status   (mid-crawl)")
+                        print(render(read_status(stack.client, stack.topics.status), top=8) + "\n", flush=True)
             reader.close()
             rejected_reader = TopicReader(stack.client, stack.topics.rejected)
             rejected = read_rejected(rejected_reader, timeout=2.0)
             rejected_reader.close()
-            return _summary(fleet, got, expected, scopes, time.monotonic() - started, rejected)
+            print("\n$ crawl-frontier status   (at the end)")
+            print(render(read_status(stack.client, stack.topics.status), top=8))
+            code = _summary(fleet, got, expected, scopes, time.monotonic() - started, rejected)
+            if linger > 0:
+                print(f"\ndemo: the stack stays up for {linger:.0f}s: http://127.0.0.1:{web}/ (Ctrl-C ends it)",
+                      flush=True)  # fmt: skip
+                end = time.monotonic() + linger
+                while time.monotonic() < end:
+                    stack.check_alive()
+                    time.sleep(min(1.0, max(0.0, end - time.monotonic())))
+            return code
         except KeyboardInterrupt:
             print("demo: interrupted", file=sys.stderr)
             return 130

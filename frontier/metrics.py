@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 # Classes of delay changes (the cause strings of frontier.policy, reduced to a fixed set)
-CAUSES = ("backoff", "gate", "recovery", "autothrottle", "robots", "rampup", "quota", "other")
+CAUSES = ("gate", "recovery", "rampup", "backoff", "autothrottle", "robots", "quota", "other")  # first match wins
 FETCH_CLASSES = ("2xx", "3xx", "4xx", "429", "5xx", "error", "expired", "disallowed")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
