@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 from frontier.kafka_io import watermarks
 from topics.schemas import SchemaError, ScopeStatus, Status, decode
 
+READ_TIMEOUT = 10.0  # give up reading the status topic after this long
 LIVE_SECONDS = 10.0  # no snapshot for this long (5 intervals): the instance has gone away
 
 
@@ -28,10 +29,11 @@ def read_status(client: dict[str, Any], topic: str, max_age: float | None = LIVE
             return []
         consumer.assign([TopicPartition(topic, 0, 0)])
         done = False
-        while not done:
-            msgs = consumer.consume(1000, timeout=2.0)
-            if not msgs:
-                break  # nothing more within the timeout
+        deadline = time.monotonic() + READ_TIMEOUT
+        while not done and time.monotonic() < deadline:
+            # short waits: consume() holds a partial batch for its whole timeout, and the tail of
+            # the topic is always a partial batch (a 2 s timeout made every read take 2 s)
+            msgs = consumer.consume(1000, timeout=0.05)
             for msg in msgs:
                 err = msg.error()
                 if err is not None:

@@ -17,7 +17,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer
 
 from frontier.stack import Stack
-from tests.bench.common import broker, measure_rate, parser, produce_urls, report, size, wait_total
+from tests.bench.common import broker, measure_rate, parser, produce_urls, report, size, snapshot, wait_total
 from tests.bench.kafka_ceiling import echo_loop
 from topics.partitioning import partition_for
 from topics.schemas import Feedback, FeedbackBatch, Job, decode, encode
@@ -65,8 +65,10 @@ def run_dispatch(bootstrap: str, frontiers: int, domains: int, per_domain: int) 
             for i in range(frontiers):
                 stack.start_frontier(f"f{i}", own_state=frontiers > 1)
             wait_total(bootstrap, stack.topics.status, "ingested", n, 600, stack.check_alive)
+            at, totals = snapshot(bootstrap, stack.topics.status)
             worker.start()  # only now: the clock measures dispatch round trips, not ingest
-            rate = measure_rate(bootstrap, stack.topics.status, "completed", 0, n, 900, stack.check_alive)
+            rate = measure_rate(bootstrap, stack.topics.status, "completed", 0, n, 900, stack.check_alive,
+                                before=(at, totals.get("completed", 0)))  # fmt: skip
         finally:
             stop.set()
             if worker.is_alive():
