@@ -77,44 +77,29 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
         producer_linger_ms=2,
     )
     service = FrontierService(cfg)
-    bydomain = app.topic(t.bydomain, key_serializer="raw", value_serializer="raw", partitions=t.partitions)
-    feedback = app.topic(t.feedback, key_serializer="raw", value_serializer="raw", partitions=t.partitions)
 
-    @app.agent(bydomain, name="ingest")
-    async def ingest(stream: Any) -> None:
-        async for event in stream.noack().events():
-            try:
-                batch = decode(event.value, UrlBatch)
-            except SchemaError as exc:
-                await service.dead_letter(t.bydomain, event.message.partition, event.message.offset, event.value, exc)
-                event.ack()
-                continue
-            await service.handle_urls(event.message.partition, batch, event)
+    def consume(topic: str, name: str, schema: type[Any], handle: Any) -> None:
+        """An agent on ``topic``: decode and validate each record, hand it to ``handle``; a record
+        that does not decode goes to crawl.rejected (acked, never retried forever)."""
+        channel = app.topic(topic, key_serializer="raw", value_serializer="raw", partitions=t.partitions)
 
-    @app.agent(feedback, name="feedback")
-    async def on_feedback(stream: Any) -> None:
-        async for event in stream.noack().events():
-            try:
-                batch = decode(event.value, FeedbackBatch)
-            except SchemaError as exc:
-                await service.dead_letter(t.feedback, event.message.partition, event.message.offset, event.value, exc)
-                event.ack()
-                continue
-            await service.handle_feedback(event.message.partition, batch, event)
+        async def agent(stream: Any) -> None:
+            async for event in stream.noack().events():
+                try:
+                    value = decode(event.value, schema)
+                    if isinstance(value, ControlCommand):
+                        value.validate()
+                except (SchemaError, ValueError) as exc:
+                    await service.dead_letter(topic, event.message.partition, event.message.offset, event.value, exc)
+                    event.ack()
+                    continue
+                await handle(event.message.partition, value, event)
 
-    control = app.topic(t.control, key_serializer="raw", value_serializer="raw", partitions=t.partitions)
+        app.agent(channel, name=name)(agent)
 
-    @app.agent(control, name="control")
-    async def on_control(stream: Any) -> None:
-        async for event in stream.noack().events():
-            try:
-                cmd = decode(event.value, ControlCommand)
-                cmd.validate()
-            except (SchemaError, ValueError) as exc:
-                await service.dead_letter(t.control, event.message.partition, event.message.offset, event.value, exc)
-                event.ack()
-                continue
-            await service.handle_control(event.message.partition, cmd, event)
+    consume(t.bydomain, "ingest", UrlBatch, service.handle_urls)
+    consume(t.feedback, "feedback", FeedbackBatch, service.handle_feedback)
+    consume(t.control, "control", ControlCommand, service.handle_control)
 
     async def assigned(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
         service.on_assigned({tp.partition for tp in args[0] if tp.topic == t.bydomain})

@@ -14,8 +14,31 @@ import socket
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from aiohttp import web
+
+
+class Bucketed(Protocol):
+    """Anything that carries a token bucket's settings and state."""
+
+    rate: float
+    burst: float
+    tokens: float
+    last: float
+
+
+def take_token(b: Bucketed, now: float) -> float | None:
+    """Token bucket (``burst`` tokens, ``rate`` per second): None when a request may pass now,
+    else the seconds until a token is back. Test sites use it to enforce limits they keep hidden."""
+    if not b.last:
+        b.tokens, b.last = b.burst, now
+    b.tokens = min(b.burst, b.tokens + (now - b.last) * b.rate)
+    b.last = now
+    if b.tokens >= 1:
+        b.tokens -= 1
+        return None
+    return (1 - b.tokens) / b.rate
 
 
 @dataclass

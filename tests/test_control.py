@@ -42,12 +42,7 @@ def test_pause_survives_a_rebuild_from_the_changelog() -> None:
     f = make(log=log)
     f.ingest(items("http://a.test/1"), 0.0)
     f.control(cmd("pause", "a.test"), 0.0)
-    replica = MemoryKV()
-    for key, value in log.records:
-        if value is None:
-            replica.delete(key)
-        else:
-            replica.put(key, value)
+    replica = log.replay()
     g = make(replica)
     g.rebuild(1.0)
     assert urls_of(g, 1.0) == []

@@ -36,6 +36,16 @@ class Log:
     def __call__(self, key: bytes, value: bytes | None) -> None:
         self.records.append((key, value))
 
+    def replay(self, upto: int | None = None) -> MemoryKV:
+        """A new store holding what a restore from this changelog (or its first ``upto`` records) gives."""
+        replica = MemoryKV()
+        for key, value in self.records[:upto]:
+            if value is None:
+                replica.delete(key)
+            else:
+                replica.put(key, value)
+        return replica
+
 
 def make(kv: KV, log: Log | None = None) -> PartitionFrontier:
     return PartitionFrontier(0, kv, SETTINGS, THROTTLE, log or Log())
@@ -168,12 +178,7 @@ def test_changelog_replay_rebuilds_an_identical_partition(kv: KV) -> None:
     for job in f.dispatch(0.0).jobs:
         f.feedback(fb(job, sent_at=0.0), 0.2)
     assert f.dispatch(1.0).jobs
-    replica = MemoryKV()
-    for key, value in log.records:
-        if value is None:
-            replica.delete(key)
-        else:
-            replica.put(key, value)
+    replica = log.replay()
     assert list(replica.scan(b"")) == [kv_item for kv_item in kv.scan(b"")]
 
 
@@ -188,11 +193,7 @@ def test_counters_move_with_the_partition(kv: KV) -> None:
     f.save_stats()
     f.save_stats()  # unchanged: no second record
     assert sum(1 for key, _ in log.records if key == b"C") == 1
-    replica = MemoryKV()
-    for key, value in log.records:
-        if value is not None:
-            replica.put(key, value)
-    g = make(replica)
+    g = make(log.replay())
     g.rebuild(1.0)
     assert (g.stats.ingested, g.stats.duplicates, g.stats.completed) == (2, 1, 2)
     assert g.stats == f.stats
@@ -206,12 +207,7 @@ def test_crash_between_writes_never_loses_a_url(kv: KV) -> None:
     job = f.dispatch(0.0).jobs[0]
     f.feedback(fb(job, outcome="retry", status=503, sent_at=0.0), 0.5)
     for cut in range(len(log.records) + 1):
-        replica = MemoryKV()
-        for key, value in log.records[:cut]:
-            if value is None:
-                replica.delete(key)
-            else:
-                replica.put(key, value)
+        replica = log.replay(cut)
         seen = {k for k, _ in replica.scan(b"S")}
         live = {v for _, v in replica.scan(b"Q")} | {v for _, v in replica.scan(b"L")}
         assert len(live) >= len(seen) or not seen, f"a seen URL is neither queued nor leased at cut {cut}"

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from frontier.demo_sites import Hit, Site, SiteFleet
+from frontier.demo_sites import Hit, Site, SiteFleet, take_token
 
 GATE_TOLERANCE = 0.005  # seconds; both clocks are this machine's
 
@@ -34,15 +34,7 @@ class Bucket:
     disallowed_fetched: int = 0
 
     def take(self, now: float) -> float | None:
-        """None when a request may pass now, else seconds until a token is back."""
-        if not self.last:
-            self.tokens, self.last = self.burst, now
-        self.tokens = min(self.burst, self.tokens + (now - self.last) * self.rate)
-        self.last = now
-        if self.tokens >= 1:
-            self.tokens -= 1
-            return None
-        return (1 - self.tokens) / self.rate
+        return take_token(self, now)
 
 
 @dataclass

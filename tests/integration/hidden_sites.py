@@ -15,7 +15,7 @@ from email.utils import formatdate
 
 from aiohttp import web
 
-from frontier.demo_sites import Hit, Site, SiteFleet
+from frontier.demo_sites import Hit, Site, SiteFleet, take_token
 
 GATE_TOLERANCE = 0.005  # seconds; clock reads on one machine
 
@@ -77,14 +77,7 @@ class HiddenLimitFleet(SiteFleet):
     # -- behaviours -------------------------------------------------------------------------------
     def _bucket(self, lim: Limits, now: float) -> float | None:
         """Token bucket: None when the request may pass, else seconds until a token is back."""
-        if not lim.last:
-            lim.tokens, lim.last = lim.burst, now
-        lim.tokens = min(lim.burst, lim.tokens + (now - lim.last) * lim.rate)
-        lim.last = now
-        if lim.tokens >= 1:
-            lim.tokens -= 1
-            return None
-        return (1 - lim.tokens) / lim.rate
+        return take_token(lim, now)
 
     async def _retry_after_seconds(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
         await asyncio.sleep(site.latency)
