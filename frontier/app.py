@@ -129,7 +129,11 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
                     last_lag = time.monotonic()
                     owned = sorted(service.owned_partitions())
                     for role, topic in (("bydomain", t.bydomain), ("feedback", t.feedback), ("control", t.control)):
-                        value = await asyncio.to_thread(probe.measure, topic, owned)
+                        try:
+                            value = await asyncio.to_thread(probe.measure, topic, owned)
+                        except Exception as exc:  # noqa: BLE001 - a metric must never stop the frontier
+                            log.warning("consumer lag of %s not measured: %s", topic, exc)
+                            continue
                         service.metrics.lag.labels(role).set(value)
                 await asyncio.sleep(0.5)
             loop_task.result()

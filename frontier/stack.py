@@ -55,6 +55,15 @@ def render_config(data: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when the process that started the stack dies, even by SIGKILL
+    (Linux prctl PR_SET_PDEATHSIG), so an aborted test or demo leaves no services behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 @dataclass
 class Stack:
     bootstrap: str
@@ -98,7 +107,8 @@ class Stack:
         log = open(self.workdir / f"{name}.log", "ab")  # the child owns it
         cmd = [sys.executable, "-m", "frontier.cli", "--config", str(self.config_path), *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**MALLOC_ENV, **os.environ, **(env or {})})  # fmt: skip
+                                env={**MALLOC_ENV, **os.environ, **(env or {})},
+                                preexec_fn=_die_with_parent)  # fmt: skip
         self.procs[name] = proc
         return proc
 

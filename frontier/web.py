@@ -58,7 +58,13 @@ class StatusFeed:
     def _run(self) -> None:
         try:
             while not self._stop.is_set():
-                for msg in self._consumer.consume(500, timeout=0.5):
+                try:
+                    msgs = self._consumer.consume(500, timeout=0.5)
+                except Exception as exc:  # noqa: BLE001 - the page shows stale data, the frontier goes on
+                    log.warning("status feed: %s", exc)
+                    self._stop.wait(1.0)
+                    continue
+                for msg in msgs:
                     if msg.error() is None:
                         self._apply(msg.key() or b"", msg.value())
         finally:

@@ -179,7 +179,10 @@ class FetchWorker:
                         self._commit(consumer)
                     if self.cfg.worker.metrics_port and time.monotonic() - last_lag > 2.0:
                         last_lag = time.monotonic()
-                        self.metrics.lag.set(await asyncio.to_thread(lag, consumer, consumer.assignment()))
+                        try:
+                            self.metrics.lag.set(await asyncio.to_thread(lag, consumer, consumer.assignment()))
+                        except Exception as exc:  # noqa: BLE001 - a metric must never stop the worker
+                            log.debug("consumer lag not measured: %s", exc)
                 if tasks:
                     await asyncio.wait(tasks, timeout=self.cfg.frontier.fetch_timeout + 5)
         finally:

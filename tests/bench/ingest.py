@@ -13,6 +13,7 @@ process of its own (``frontier.embedded_router = false`` + ``crawl-frontier rout
 from __future__ import annotations
 
 import tempfile
+import time
 from pathlib import Path
 
 from frontier.stack import Stack
@@ -29,9 +30,12 @@ def run_ingest(bootstrap: str, workdir: Path, embedded: bool, preload: int, batc
     try:
         for label, n, start in (("empty", preload, 0), ("holding", batch, preload)):
             at, totals = snapshot(bootstrap, stack.topics.status)
-            before = (at, totals.get("ingested", 0)) if at else None  # the frontier's last word before the run
+            before = (at, totals.get("ingested", 0))  # the frontier's last word before the run
             produce_urls(bootstrap, stack.topics.urls, n, domains, start)
             if label == "empty":
+                # no frontier yet: its start stands in (a tiny run can be over before the first
+                # snapshot; then the rate includes start-up, and any snapshot below 5 % replaces it)
+                before = (time.time(), 0)
                 stack.start_frontier()
                 if not embedded:
                     stack.start_router()
