@@ -93,6 +93,8 @@ def test_pods_run_real_cli_commands_with_resolvable_volumes_and_ports(tmp_path: 
 
 def test_services_select_pods_and_autoscaling_targets_the_worker_group(tmp_path: Path) -> None:
     cfg = k8s_config(tmp_path)
+    commands = {check_command(c["command"]).command for _, spec in pod_specs() for c in spec["containers"]}
+    assert cfg.frontier.embedded_router or "router" in commands, "nothing would route crawl.urls"
     labels = {}
     for d in manifests():
         if d["kind"] in ("StatefulSet", "Deployment"):
@@ -142,7 +144,8 @@ def test_compose_has_three_brokers_two_frontiers_and_resolving_references() -> N
             args = check_command(s["command"])
             roles[args.command] = roles.get(args.command, 0) + 1
             assert (DEPLOY / s["build"]["context"] / s["build"]["dockerfile"]).exists()
-    assert roles == {"topics": 1, "frontier": 2, "worker": 1}
+    assert roles == {"topics": 1, "frontier": 2, "router": 1, "worker": 1}
+    assert not file_cfg.frontier.embedded_router  # so the router service is what routes crawl.urls
     frontier_volumes = [v for n, s in services.items() for v in s.get("volumes", []) if v.endswith(":/data")]
     assert len(set(frontier_volumes)) == 2  # one state volume per frontier instance
 

@@ -2,6 +2,7 @@
 following, body cap, and error kinds."""
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 
 import aiohttp
@@ -9,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from deploy.kafka import free_port
-from workers.fetch import fetch, is_retryable, throttle_headers
+from workers.fetch import fetch, is_retryable, send_tracer, throttle_headers
 from workers.links import same_site_links
 
 HOST = "127.0.0.77"
@@ -105,3 +106,18 @@ def test_same_site_links() -> None:
         "http://sub.example.com/b",
     ]
     assert same_site_links("http://example.com/", "<a href='http://[bad/'>x</a><p") == []
+
+
+async def test_send_time_is_when_the_headers_left(server: str) -> None:
+    """With the tracer, sent_at is when the request headers were written (after connecting), and
+    on_sent fires once, also when redirects are followed (robots.txt)."""
+    times: list[float] = []
+    async with aiohttp.ClientSession(trace_configs=[send_tracer()]) as traced:
+        before = time.time()
+        r = await fetch(traced, f"{server}/redirect", 5, 1_000_000, max_redirects=5, on_sent=times.append)
+        after = time.time()
+    assert r.status == 200 and len(times) == 1
+    assert before <= times[0] == r.sent_at <= after
+    async with aiohttp.ClientSession() as untraced:  # no tracer: the time before the request, no callback
+        r = await fetch(untraced, f"{server}/ok", 5, 1_000_000, on_sent=times.append)
+    assert r.status == 200 and len(times) == 1 and r.sent_at > 0

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import aiohttp
 
@@ -44,18 +46,55 @@ def throttle_headers(headers: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k in THROTTLE_HEADERS}
 
 
+def send_tracer() -> aiohttp.TraceConfig:
+    """Tells :func:`fetch` when a request's headers actually left: the moment the server counts.
+
+    Sessions that fetch pass this in ``trace_configs``; without it, the send time is taken just
+    before the request starts (connection set-up and event-loop stalls then fall inside gaps).
+    """
+    tracer = aiohttp.TraceConfig()
+
+    async def headers_sent(_session: Any, ctx: Any, _params: Any) -> None:
+        hook = (ctx.trace_request_ctx or {}).get("sent")
+        if hook is not None:
+            hook()
+
+    tracer.on_request_headers_sent.append(headers_sent)
+    return tracer
+
+
 async def fetch(
-    session: aiohttp.ClientSession, url: str, timeout: float, max_body: int, max_redirects: int = 0
+    session: aiohttp.ClientSession,
+    url: str,
+    timeout: float,
+    max_body: int,
+    max_redirects: int = 0,
+    on_sent: Callable[[float], None] | None = None,
 ) -> FetchResult:
-    """Fetch ``url``; redirects are followed only when ``max_redirects`` > 0 (robots.txt, RFC 9309)."""
+    """Fetch ``url``; redirects are followed only when ``max_redirects`` > 0 (robots.txt, RFC 9309).
+
+    ``sent_at`` and the latency start when the request headers were sent (with
+    :func:`send_tracer` on the session), and ``on_sent`` is called with that time.
+    """
     loop = asyncio.get_running_loop()
-    sent_at = time.time()
+    result = FetchResult(sent_at=time.time())
     t0 = loop.time()
-    result = FetchResult(sent_at=sent_at)
+
+    first = True
+
+    def sent() -> None:
+        nonlocal t0, first
+        if first:  # the first request, not a redirect hop
+            first = False
+            result.sent_at, t0 = time.time(), loop.time()
+            if on_sent is not None:
+                on_sent(result.sent_at)
+
     try:
         async with asyncio.timeout(timeout):
             follow = max_redirects > 0
-            async with session.get(url, allow_redirects=follow, max_redirects=max(1, max_redirects)) as resp:
+            async with session.get(url, allow_redirects=follow, max_redirects=max(1, max_redirects),
+                                   trace_request_ctx={"sent": sent}) as resp:  # fmt: skip
                 result.latency = loop.time() - t0  # headers received
                 result.status = resp.status
                 hdrs: dict[str, str] = {}

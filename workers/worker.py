@@ -41,7 +41,7 @@ from topics.schemas import (
     decode,
     encode,
 )
-from workers.fetch import FetchResult, fetch, is_retryable, throttle_headers
+from workers.fetch import FetchResult, fetch, is_retryable, send_tracer, throttle_headers
 from workers.links import same_site_links
 from workers.safety import AddressPolicy, SafeConnector
 
@@ -88,10 +88,17 @@ class OffsetTracker:
                 self._next.pop(key, None)
 
 
+def _set_event() -> asyncio.Event:
+    event = asyncio.Event()
+    event.set()
+    return event
+
+
 @dataclass
 class _HostGate:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_sent: float = 0.0
+    idle: asyncio.Event = field(default_factory=_set_event)  # no request of this host is between slot and send
 
 
 class FetchWorker:
@@ -154,7 +161,8 @@ class FetchWorker:
         consumer.subscribe([self.topics.jobs], on_revoke=on_revoke, on_lost=on_revoke)
         last_commit = last_lag = time.monotonic()
         try:
-            async with aiohttp.ClientSession(connector=connector, headers=headers) as session:
+            async with aiohttp.ClientSession(connector=connector, headers=headers,
+                                             trace_configs=[send_tracer()]) as session:  # fmt: skip
                 # aiohttp silently re-sends a request when a reused keep-alive connection was
                 # closed: a second request the frontier never scheduled. Only the frontier may
                 # decide to retry (no public switch; tests/integration/test_hostile.py guards it).
@@ -229,19 +237,30 @@ class FetchWorker:
         async with sem:
             gate = self._gates[item.host]
             async with gate.lock:
-                slot = max(job.not_before, gate.last_sent + job.min_gap)
+                # The host's previous request must really have gone out (its headers sent, or it
+                # failed) before the next one is timed from it: a stalled event loop or a slow
+                # connect would otherwise shrink the gap the server sees.
+                await gate.idle.wait()
                 # asyncio may wake a timer up to a clock tick early: re-check until the slot has come
-                while (wait := slot - time.time()) > 0:
+                while (wait := max(job.not_before, gate.last_sent + job.min_gap) - time.time()) > 0:
                     await asyncio.sleep(wait)
                 gate.last_sent = time.time()
+                gate.idle.clear()
+
+            def sent(at: float) -> None:
+                gate.last_sent = max(gate.last_sent, at)
+                gate.idle.set()
+
             m.held.dec()
             m.inflight.inc()
             try:
                 if job.kind == "robots":
-                    result = await fetch(session, item.url, job.timeout, MAX_ROBOTS_BYTES, max_redirects=5)
+                    result = await fetch(session, item.url, job.timeout, MAX_ROBOTS_BYTES, max_redirects=5,
+                                         on_sent=sent)  # fmt: skip
                 else:
-                    result = await fetch(session, item.url, job.timeout, self.cfg.worker.max_body_bytes)
+                    result = await fetch(session, item.url, job.timeout, self.cfg.worker.max_body_bytes, on_sent=sent)
             finally:
+                gate.idle.set()
                 m.inflight.dec()
         self.fetched += 1
         m.observe(job.kind, "error" if result.error else "fetched", result.status, result.latency)
