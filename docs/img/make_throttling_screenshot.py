@@ -29,8 +29,9 @@ def main() -> None:
         bootstrap = kafka.up()
         fleet = HiddenLimitFleet([Limits(kind="retry_after_seconds", rate=4.0, burst=2.0)], first_octet=150).start()
         host, web = fleet.sites[0].host, free_port()
+        throttle = {"delay": 0.1, "autothrottle": {"start_delay": 0}, "scopes": {host: API_LIKE}}
         stack = Stack(bootstrap, Path(tmp, "stack"), frontier={"web_port": web, "status_interval": 1.0},
-                      throttle={"delay": 0.1, "autothrottle": {"start_delay": 0}, "scopes": {host: API_LIKE}})  # fmt: skip
+                      throttle=throttle)  # fmt: skip
         try:
             stack.create_topics()
             stack.start_frontier()
