@@ -157,7 +157,7 @@ async def start_web(cfg: Config, service: FrontierService) -> web.AppRunner:
     """The live page, JSON API and /metrics on ``frontier.web_bind:web_port``."""
     feed = StatusFeed(cfg.kafka.client_conf(), cfg.topics.status)
     feed.start()
-    app = build_web(feed, service, service.watched)
+    app = build_web(feed, service)
     app.on_cleanup.append(lambda _app: asyncio.to_thread(feed.stop))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

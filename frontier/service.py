@@ -24,7 +24,7 @@ import msgspec
 from confluent_kafka import Message
 
 from frontier.config import Config
-from frontier.control import scope_domain
+from frontier.control import control_record, scope_domain
 from frontier.kafka_io import AsyncProducer, producer_conf
 from frontier.metrics import FrontierMetrics, cause_class, fetch_class
 from frontier.partition import PartitionFrontier
@@ -35,6 +35,8 @@ from frontier.store import META, RocksKV
 from topics.partitioning import partition_for
 from topics.schemas import ControlCommand, FeedbackBatch, Page, Rejected, Status, UrlBatch, encode
 
+WATCH_SECONDS = 120.0  # a charted scope stays in the snapshots this long after the page last asked
+MAX_WATCHED = 100
 ACK_KEY = META + b"ack"  # marker records closing a run of changelog writes (tombstones; never stored)
 log = logging.getLogger("frontier")
 throttle_log = logging.getLogger("frontier.throttle")
@@ -70,7 +72,8 @@ class FrontierService:
         self.running = False
         self.instance = f"{socket.gethostname()}-{os.getpid()}"
         self.metrics = FrontierMetrics(self.metric_totals)
-        self.watched: set[str] = set()  # scopes asked for on the live page (bounded there)
+        self.watched: dict[str, float] = {}  # scope → until when a live page (any instance's) charts it
+        self._watch_sent: dict[str, float] = {}  # scope → when this instance last asked for it
         self.router: Router | None = None  # the embedded router, if any (its rejections count here)
         self.rejected = 0  # records this process put on crawl.rejected (its router's and dead letters)
         self._gates: dict[str, float] = {}  # scope → gate end, for the gates-active gauge
@@ -206,7 +209,22 @@ class FrontierService:
         self._mark(p, owned, (event,))
         self._wake.set()
 
+    def watch(self, scope: str) -> None:
+        """Ask the instance owning ``scope`` (maybe this one) to report it in its snapshots."""
+        now = time.monotonic()
+        if now - self._watch_sent.get(scope, -WATCH_SECONDS) < WATCH_SECONDS / 4 or len(self._watch_sent) > 1000:
+            return
+        self._watch_sent[scope] = now
+        key, value, partition = control_record(ControlCommand(action="watch", scope=scope), self.topics.partitions)
+        self.producer.send_nowait(self.topics.control, value, key=key, partition=partition)
+
     async def handle_control(self, p: int, cmd: ControlCommand, event: Ackable) -> None:
+        if cmd.action == "watch":  # no state: reported in status snapshots for a while
+            self.watched = {s: t for s, t in self.watched.items() if t > time.monotonic()}
+            if len(self.watched) < MAX_WATCHED or cmd.scope in self.watched:
+                self.watched[cmd.scope] = time.monotonic() + WATCH_SECONDS
+            event.ack()
+            return
         owned = await self._partition(p)
         dropped = owned.frontier.control(cmd, self.clock())
         log.info("control %s %s%s (partition %d)", cmd.action, cmd.scope,
@@ -274,7 +292,8 @@ class FrontierService:
         rows.sort(key=lambda r: (-r.queued, r.scope))
         rows = rows[:top]
         listed = {r.scope for r in rows}
-        for scope in sorted(self.watched - listed):  # scopes someone is charting on a live page
+        watched = {s for s, until in self.watched.items() if until > time.monotonic()}
+        for scope in sorted(watched - listed):  # scopes someone is charting on a live page
             owned = self._owned.get(partition_for(scope_domain(scope), self.topics.partitions))
             if owned is not None:
                 rows.append(owned.frontier.scope_row(scope, now))

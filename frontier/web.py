@@ -8,7 +8,8 @@
 Status comes from the compacted ``crawl.frontier.status`` topic, tailed by a background thread
 (:class:`StatusFeed`), so any instance's page shows all instances. A scope's history is built
 from the snapshots in which it appears: the busiest ``status_top`` scopes of each instance, plus
-the scopes anyone asked this page about, which this instance reports itself when it owns them.
+the scopes anyone charts on a live page: the page sends a ``watch`` command on ``crawl.control``
+to whichever instance owns the scope, and that instance reports it for a while.
 """
 
 from __future__ import annotations
@@ -141,7 +142,7 @@ class LagProbe:
         self._consumer.close()
 
 
-def build_web(feed: StatusFeed, service: Any, watched: set[str]) -> web.Application:
+def build_web(feed: StatusFeed, service: Any) -> web.Application:
     page = resources.files("frontier").joinpath("static/index.html").read_text(encoding="utf-8")
 
     async def index(_: web.Request) -> web.Response:
@@ -157,8 +158,7 @@ def build_web(feed: StatusFeed, service: Any, watched: set[str]) -> web.Applicat
         scope = request.query.get("scope", "").strip().lower()
         if not scope or len(scope) > 253:
             return web.json_response({"error": "give ?scope=NAME (a host, domain or domain#scope)"}, status=400)
-        if len(watched) < 100:
-            watched.add(scope)  # reported in this instance's snapshots from now on, if it owns it
+        service.watch(scope)  # its owner (any instance) reports it in its snapshots from now on
         return web.json_response(feed.history_json(scope))
 
     async def metrics(_: web.Request) -> web.Response:

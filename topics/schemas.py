@@ -178,7 +178,7 @@ def decode(data: bytes, kind: type[T]) -> T:
     return msg
 
 
-CONTROL_ACTIONS = ("pause", "resume", "drop", "set", "clear")
+CONTROL_ACTIONS = ("pause", "resume", "drop", "set", "clear", "watch")
 
 
 class ControlCommand(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -186,6 +186,8 @@ class ControlCommand(msgspec.Struct, kw_only=True, omit_defaults=True):
 
     ``scope``: a host, a registrable domain (covers every host under it) or ``domain#name``.
     ``set`` overrides delay and/or concurrency at run time; ``clear`` removes the override.
+    ``watch`` asks the owning instance to report the scope in its status snapshots for a while
+    (a live page is charting it), whatever its queue; it changes no state.
     """
 
     v: int = SCHEMA_VERSION
