@@ -74,16 +74,18 @@ def longest_silence_after(fleet: SiteFleet, t: float) -> float:
 
 
 @contextmanager
-def crawling(stack: Stack, fleet: SiteFleet, workers: int = 1, concurrency: int = 4) -> Iterator[Pages]:
-    """Topics, one frontier, ``workers`` workers, every fleet URL submitted; yields the page
-    collector and always tears the stack and the fleet down."""
+def crawling(
+    stack: Stack, fleet: SiteFleet, workers: int = 1, concurrency: int = 4, urls: list[str] | None = None
+) -> Iterator[Pages]:
+    """Topics, one frontier, ``workers`` workers, ``urls`` (default: every fleet URL) submitted;
+    yields the page collector and always tears the stack and the fleet down."""
     pages = None
     try:
         stack.create_topics()
         stack.start_frontier()
         for i in range(workers):
             stack.start_worker(f"w{i + 1}", concurrency=concurrency)
-        submit(stack, fleet.all_urls())
+        submit(stack, fleet.all_urls() if urls is None else urls)
         pages = Pages(stack)
         yield pages
     finally:

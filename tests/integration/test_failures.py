@@ -14,7 +14,7 @@ from frontier.demo_sites import SiteFleet
 from frontier.kafka_io import watermarks
 from frontier.stack import Stack, wait_until
 from frontier.status import read_status
-from tests.integration.helpers import Pages, longest_silence_after, politeness_failures, submit
+from tests.integration.helpers import Pages, crawling, longest_silence_after, politeness_failures, submit
 from topics.partitioning import partition_for
 
 DELAY = 0.3
@@ -95,14 +95,8 @@ def test_worker_kill9_leases_come_back(bootstrap: str, tmp_path: Path) -> None:
     frontier = {"job_ttl": 4.0, "fetch_timeout": 4.0, "lease_grace": 2.0}  # a lost lease returns after 10 s
     throttle = {"delay": 0.1, "concurrency": 2, "autothrottle": {"start_delay": 0, "target_concurrency": 4}}
     stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle=throttle, frontier=frontier)
-    pages = None
-    try:
-        stack.create_topics()
-        stack.start_frontier()
-        stack.start_worker("w1", concurrency=4)  # alone: every lease in flight is in this worker
-        urls = fleet.all_urls()
-        submit(stack, urls)
-        pages = Pages(stack)
+    urls = fleet.all_urls()
+    with crawling(stack, fleet, workers=1, concurrency=4) as pages:  # alone: every lease in flight is in w1
         pages.wait_for(6, timeout=90, what="the crawl to be under way")
         stack.stop("w1", sig=signal.SIGKILL)  # dies mid-fetch, holding leases
         stack.start_worker("w2", concurrency=4)
@@ -114,8 +108,3 @@ def test_worker_kill9_leases_come_back(bootstrap: str, tmp_path: Path) -> None:
         assert set(pages.urls) == set(urls), "nothing lost"
         assert fetched_twice >= 1, "the killed worker held no lease: the scenario was not exercised"
         assert not politeness_failures(fleet, 0.1, 2)
-    finally:
-        if pages is not None:
-            pages.close()
-        stack.stop_all()
-        fleet.stop()

@@ -7,7 +7,7 @@ from aiohttp import web
 
 from frontier.demo_sites import Hit, Site, SiteFleet
 from frontier.stack import Stack
-from tests.integration.helpers import Pages, politeness_failures, submit
+from tests.integration.helpers import crawling, politeness_failures
 
 
 class RedirectSite(SiteFleet):
@@ -27,22 +27,11 @@ def test_redirect_chains_end_and_loops_are_fetched_once(bootstrap: str, tmp_path
     base = f"http://{fleet.sites[0].host}:{fleet.port}"
     stack = Stack(bootstrap, tmp_path / "stack", partitions=2,
                   throttle={"delay": 0.1, "autothrottle": {"start_delay": 0}})  # fmt: skip
-    pages = None
-    try:
-        stack.create_topics()
-        stack.start_frontier()
-        stack.start_worker("w1")
-        submit(stack, [f"{base}/chain/0", f"{base}/loop/a"])
+    with crawling(stack, fleet, concurrency=8, urls=[f"{base}/chain/0", f"{base}/loop/a"]) as pages:
         expected = {f"{base}/chain/{i}" for i in range(6)} | {f"{base}/loop/a", f"{base}/loop/b"}
-        pages = Pages(stack)
         pages.wait_for(len(expected), timeout=60, what="the redirect targets")
         pages.settle()
         assert sorted(pages.urls) == sorted(expected), "chain cut after 5 hops, each loop URL once"
         requested = [h.path for h in fleet.sites[0].hits if h.path != "/robots.txt"]
         assert sorted(requested) == sorted(u.removeprefix(base) for u in expected)
         assert not politeness_failures(fleet, 0.1, 1)
-    finally:
-        if pages is not None:
-            pages.close()
-        stack.stop_all()
-        fleet.stop()

@@ -12,7 +12,7 @@ from confluent_kafka.admin import AdminClient
 from deploy.kafka import LocalKafka, free_port
 from frontier.demo_sites import SiteFleet
 from frontier.stack import Stack
-from tests.integration.helpers import Pages, submit
+from tests.integration.helpers import crawling
 
 PASSWORD = f"pw-{secrets.token_hex(8)}"
 
@@ -40,20 +40,9 @@ def test_crawl_over_sasl_and_secrets_stay_out_of_logs(sasl_broker: LocalKafka, t
     fleet = SiteFleet(1, pages=5, first_octet=98).start()
     stack = Stack(bootstrap, tmp_path / "stack", partitions=2, kafka_extra=sasl(PASSWORD),
                   throttle={"delay": 0.1, "autothrottle": {"start_delay": 0}})  # fmt: skip
-    pages = None
-    try:
-        stack.create_topics()
-        stack.start_frontier()
-        stack.start_worker("w1")
-        urls = fleet.all_urls()
-        submit(stack, urls)
-        pages = Pages(stack)
+    urls = fleet.all_urls()
+    with crawling(stack, fleet, concurrency=8) as pages:
         pages.wait_for(len(urls), timeout=90, what="the crawl over SASL")
         assert set(pages.urls) == set(urls)
-    finally:
-        if pages is not None:
-            pages.close()
-        stack.stop_all()
-        fleet.stop()
     logs = {p.name: p.read_text(errors="replace") for p in (tmp_path / "stack").glob("*.log")}
     assert logs and all(PASSWORD not in text for text in logs.values()), "a secret reached a log"
