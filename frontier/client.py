@@ -22,6 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+import msgspec
 from confluent_kafka import Consumer, Producer
 
 from frontier.config import Config, load
@@ -80,7 +81,7 @@ class FrontierClient:
                           revisit=revisit)  # fmt: skip
         count = 0
         for url in urls:
-            value = encode(Submission(**{**_fields(base), "url": url}))
+            value = encode(msgspec.structs.replace(base, url=url))
             self._produce(self.topics.urls, value)
             count += 1
         if flush:
@@ -177,7 +178,3 @@ class FrontierClient:
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
-
-
-def _fields(s: Submission) -> dict[str, Any]:
-    return {f: getattr(s, f) for f in s.__struct_fields__}
