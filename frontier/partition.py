@@ -52,8 +52,8 @@ from frontier.urls import url_fingerprint
 from topics.schemas import ControlCommand, Feedback, Job, ScopeStatus, UrlItem
 
 Changelog = Callable[[bytes, bytes | None], None]
-# (scope, old delay, new delay, cause) — called whenever a scope's delay or gate changes
-ChangeHook = Callable[[str, float, float, str], None]
+# (scope, old delay, new delay, cause, gate until) — called whenever a scope's delay or gate changes
+ChangeHook = Callable[[str, float, float, str, float], None]
 
 _SEEN, _QUEUE, _STATE, _ROBOTS, _LEASE, _STATS = b"S", b"Q", b"H", b"R", b"L", b"C"
 _OVERRIDE, _REVISIT = b"O", b"V"
@@ -144,6 +144,7 @@ class PartitionFrontier:
         self._states: OrderedDict[str, policy.ScopeState] = OrderedDict()  # LRU cache over H<scope>
         self._saved_stats = Stats()
         self._overrides: dict[str, Override] = {}  # operators' overrides (all of them: few)
+        self._by_specificity: list[tuple[str, Override]] = []  # the same, shortest name first
         self._next_revisit: float | None = None
 
     # -- scopes -------------------------------------------------------------------------------
@@ -159,7 +160,7 @@ class PartitionFrontier:
         if not self._overrides:
             return s
         delay = concurrency = None
-        for name, o in sorted(self._overrides.items(), key=lambda kv: len(kv[0])):  # most specific last
+        for name, o in self._by_specificity:  # most specific last: it wins
             if covers(name, scope):
                 delay = o.delay if o.delay is not None else delay
                 concurrency = o.concurrency if o.concurrency is not None else concurrency
@@ -203,7 +204,7 @@ class PartitionFrontier:
                 cause = new.cause
                 if new.gate_until > max(old.gate_until, now):
                     cause = f"gate until +{new.gate_until - now:.0f}s ({new.gate_cause})"
-                self.on_change(scope, before, after, cause)
+                self.on_change(scope, before, after, cause, new.gate_until)
 
     def _decide(self, scopes: list[str], now: float, cost: float, register: bool = True) -> policy.Decision:
         """All scopes must allow: the latest time wins; a scope that needs feedback blocks outright
@@ -232,6 +233,7 @@ class PartitionFrontier:
         self._saved_stats = msgspec.structs.replace(self.stats)
         for key, value in self.kv.scan(_OVERRIDE):
             self._overrides[key[1:].decode()] = _override_dec.decode(value)
+        self._overrides_changed()
         head = self.kv.first(_REVISIT)
         self._next_revisit = _DUE.unpack(head[0][1:9])[0] / 1000 if head is not None else None
         for key, value in self.kv.scan(_LEASE):
@@ -471,10 +473,14 @@ class PartitionFrontier:
         else:
             self._overrides[name] = new
             self._put(_OVERRIDE + name.encode(), _enc.encode(new))
+        self._overrides_changed()
         for qid in list(self._queued):  # anything may dispatch sooner now: look at its queues again
             if any(covers(name, scope) for scope in qid.split(SEP)):
                 self._scheduler.schedule(qid, now)
         return 0
+
+    def _overrides_changed(self) -> None:
+        self._by_specificity = sorted(self._overrides.items(), key=lambda kv: len(kv[0]))
 
     def _drop(self, name: str) -> int:
         dropped = 0

@@ -146,13 +146,10 @@ class FrontierService:
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close)
 
-    def _delay_changed(self, scope: str, old: float, new: float, cause: str) -> None:
+    def _delay_changed(self, scope: str, old: float, new: float, cause: str, gate_until: float) -> None:
         self.metrics.delay_changes.labels(cause_class(cause)).inc()
-        if cause.startswith("gate until +"):  # "gate until +12s (cause)", from PartitionFrontier._apply
-            try:
-                self._gates[scope] = self.clock() + float(cause[len("gate until +") :].split("s", 1)[0])
-            except ValueError:
-                pass
+        if gate_until > self.clock():
+            self._gates[scope] = gate_until
         level = logging.INFO if self.cfg.frontier.debug_throttle else logging.DEBUG
         throttle_log.log(level, "scope %s delay %.3f -> %.3f: %s", scope, old, new, cause)
 
@@ -298,7 +295,6 @@ class FrontierService:
             if owned is not None:
                 rows.append(owned.frontier.scope_row(scope, now))
         totals = self.stats()
-        totals["queued"] = sum(o.frontier.queued() for o in self._owned.values())
         totals["rejected"] = self.rejected + (self.router.rejected if self.router is not None else 0)
         mark_at, mark_done = self._rate_mark
         elapsed = time.monotonic() - mark_at
@@ -320,13 +316,13 @@ class FrontierService:
                 totals[k] += v
             totals["inflight"] += owned.frontier.inflight
             totals["hosts_due"] += owned.frontier.queued_hosts()
+            totals["queued"] += owned.frontier.queued()
         totals["partitions"] = len(self._owned)
         return dict(totals)
 
     def metric_totals(self) -> dict[str, int]:
         """What the Prometheus gauges read at scrape time."""
         totals = self.stats()
-        totals["queued"] = sum(o.frontier.queued() for o in self._owned.values())
         now = self.clock()
         self._gates = {scope: until for scope, until in self._gates.items() if until > now}
         totals["gates_active"] = len(self._gates)
