@@ -48,7 +48,7 @@ from frontier.control import Override, covers, updated
 from frontier.robots import RobotsRecord, Rules, agent_token, robots_url
 from frontier.scheduler import Scheduler
 from frontier.store import KV
-from frontier.urls import url_fingerprint
+from frontier.urls import seen_fingerprint
 from topics.schemas import ControlCommand, Feedback, Job, ScopeStatus, UrlItem
 
 Changelog = Callable[[bytes, bytes | None], None]
@@ -298,7 +298,7 @@ class PartitionFrontier:
         """Queue every URL not seen before; return how many were new."""
         accepted = 0
         for item in items:
-            seen_key = _SEEN + url_fingerprint(item.url)
+            seen_key = _SEEN + seen_fingerprint(item)
             if self.kv.get(seen_key) is not None:
                 self.stats.duplicates += 1
                 continue
@@ -438,7 +438,7 @@ class PartitionFrontier:
     # -- recrawl ------------------------------------------------------------------------------------
     def _schedule_revisit(self, item: UrlItem, now: float) -> None:
         """The seen entry keeps the last fetch time; the URL waits in ``V`` until it is due."""
-        fingerprint = url_fingerprint(item.url)
+        fingerprint = seen_fingerprint(item)
         due = now + item.revisit
         self._put(_SEEN + fingerprint, f"{now:.3f}".encode())
         fresh = msgspec.structs.replace(item, attempts=0, redirects=0)

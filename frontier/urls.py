@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 import tldextract
-from w3lib.url import canonicalize_url
+from w3lib.url import canonicalize_url, safe_url_string
 
 from topics.schemas import Submission, UrlItem
 
@@ -94,8 +94,29 @@ def url_fingerprint(canonical_url: str) -> bytes:
     return hashlib.blake2b(canonical_url.encode(), digest_size=16).digest()
 
 
+def seen_fingerprint(item: UrlItem) -> bytes:
+    """The seen-set key of an item: the digest of its canonical form."""
+    return url_fingerprint(item.canonical or item.url)
+
+
+def as_given(url: str) -> str:
+    """The URL to fetch: as the user gave it, only made safe to send (fragment removed, unsafe
+    characters percent-encoded, host in IDNA). Query arguments keep their order and spelling:
+    ``?b=2&a=1`` and ``?print`` may be different pages from ``?a=1&b=2`` and ``?print=``, and a
+    robots.txt rule like ``Disallow: /*?sort=`` must see the URL the server will see."""
+    try:
+        safe = safe_url_string(url.strip())
+    except (ValueError, UnicodeError) as exc:
+        raise Rejection(f"unparseable url: {exc}") from None
+    safe = safe.split("#", 1)[0]
+    if len(safe) > MAX_URL_LENGTH:
+        raise Rejection(f"url too long after encoding ({len(safe)} chars)")
+    return safe
+
+
 def item_from_submission(sub: Submission) -> UrlItem:
     canonical, host = canonicalize(sub.url)
+    given = as_given(sub.url)
     for scope in sub.scopes:
         if not scope or len(scope) > 200 or any(c in scope for c in "#\x00\x1f"):
             raise Rejection(f"invalid scope name {scope[:50]!r}")
@@ -104,7 +125,8 @@ def item_from_submission(sub: Submission) -> UrlItem:
     if not (sub.revisit >= 0 and sub.revisit < 1e9):
         raise Rejection("invalid revisit interval")
     return UrlItem(
-        url=canonical,
+        url=given,
+        canonical="" if canonical == given else canonical,
         host=host,
         domain=registrable_domain(host),
         priority=sub.priority,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from frontier.urls import Rejection, canonicalize, parse_input, registrable_domain
+from frontier.urls import Rejection, canonicalize, parse_input, registrable_domain, seen_fingerprint
 
 
 @pytest.mark.parametrize(
@@ -92,3 +92,25 @@ def test_rejections_carry_a_reason(raw: bytes, reason: str) -> None:
     with pytest.raises(Rejection) as exc:
         parse_input(raw)
     assert str(exc.value).startswith(reason)
+
+
+@pytest.mark.parametrize(
+    ("raw", "fetched"),
+    [
+        # the server may read repeated or ordered arguments: the order and spelling are kept
+        ("http://wiki.test/index.php?title=Zeta&title=Alpha", "http://wiki.test/index.php?title=Zeta&title=Alpha"),
+        ("http://a.test/page?print", "http://a.test/page?print"),
+        ("http://a.test/list?sort=name&x=1#top", "http://a.test/list?sort=name&x=1"),
+        ("http://bücher.example/ä", "http://xn--bcher-kva.example/%C3%A4"),
+    ],
+)
+def test_the_url_fetched_is_the_one_given(raw: str, fetched: str) -> None:
+    item = parse_input(raw.encode())
+    assert item.url == fetched
+    assert (item.canonical or item.url) == canonicalize(raw)[0]
+
+
+def test_duplicates_are_recognised_by_the_canonical_form() -> None:
+    a, b = parse_input(b"http://a.test/?y=1&x=2"), parse_input(b"HTTP://A.test:80/?x=2&y=1#top")
+    assert a.url != b.url
+    assert seen_fingerprint(a) == seen_fingerprint(b)

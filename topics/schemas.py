@@ -37,7 +37,13 @@ class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
 
 
 class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One accepted, canonical URL on its way into a frontier partition."""
+    """One accepted URL on its way into a frontier partition.
+
+    ``url`` is what gets fetched and checked against robots.txt: the URL as given (fragment
+    removed, unsafe characters percent-encoded, host in IDNA), never re-ordered or rewritten.
+    ``canonical`` is its canonical form, used only to recognise duplicates; empty when it is
+    the same as ``url`` (see :func:`frontier.urls.seen_fingerprint`).
+    """
 
     url: str
     host: str
@@ -51,6 +57,7 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     adjust: bool = True  # may move the AutoThrottle delay
     attempts: int = 0  # fetch attempts already made (retries of 429 / 5xx / network errors)
     revisit: float = 0.0  # recrawl interval, seconds (0: fetch once)
+    canonical: str = ""  # canonical form for the seen-set, when it differs from url
 
 
 class UrlBatch(msgspec.Struct, kw_only=True):
