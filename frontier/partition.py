@@ -16,8 +16,8 @@ Key layout (bytes):
 - ``S<fingerprint>``                   seen URL (canonical form), value: b"1"
 - ``Q<queue>\\x00<prio><seq>``          queued URL (highest priority first, FIFO within), value: UrlItem
 - ``H<scope>``                         the scope's policy state, value: ScopeState
-- ``R<host>``                          the host's robots.txt answer, value: RobotsRecord
-- ``L<lease>``                         a job in flight, value: Lease
+- ``R<origin>``                        an origin's robots.txt answer (scheme://host[:port]), value: RobotsRecord
+- ``L<lease>``                         a job in flight, or a result still to report, value: Lease
 - ``C``                                the partition's counters, value: Stats (they move with it)
 - ``O<name>``                          an operator's override of a scope name (pause, delay, concurrency)
 - ``V<due ms><fingerprint>``           a fetched URL due for a revisit at ``due``, value: UrlItem
@@ -26,6 +26,13 @@ Writes are ordered so that a crash between any two of them loses nothing: a URL 
 before it is marked seen, a lease is written before its queue entry is deleted, a re-queued
 entry is written before its lease is deleted. The worst case after a crash is a URL fetched
 twice (at least once), never a URL dropped.
+
+A URL that ends here without a fetch (disallowed by robots.txt, robots.txt unreachable for
+too long, leases lost too often) is kept as a *report* lease until its page is on
+``crawl.pages``: :meth:`PartitionFrontier.reported` removes it once the page is acknowledged,
+and a restart reports it again (see ``FrontierService``). The service also publishes jobs and
+reports only after the changelog records of the same round are acknowledged, so a job in a
+worker's hands always has a recorded lease.
 """
 
 from __future__ import annotations
@@ -45,11 +52,11 @@ import msgspec
 from frontier import policy
 from frontier.config import FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.control import Override, covers, updated
-from frontier.robots import RobotsRecord, Rules, agent_token, robots_url
+from frontier.robots import RobotsRecord, Rules, agent_token, origin, retry_after_failures, robots_url
 from frontier.scheduler import Scheduler
 from frontier.store import KV
 from frontier.urls import seen_fingerprint
-from topics.schemas import ControlCommand, Feedback, Job, ScopeStatus, UrlItem
+from topics.schemas import ControlCommand, Feedback, Job, Page, ScopeStatus, UrlItem
 
 Changelog = Callable[[bytes, bytes | None], None]
 # (scope, old delay, new delay, cause, gate until) — called whenever a scope's delay or gate changes
@@ -62,6 +69,12 @@ _PRIO = struct.Struct(">IQ")
 _MAX_PRIO = 2**31 - 1
 SEP = "\x1f"  # between the scopes of a queue id
 ROBOTS_CACHE = 10_000
+# robots.txt unreachable: retries double from robots_retry up to this interval, and after
+# ROBOTS_GIVE_UP seconds of failures the origin's URLs end with an error page (RFC 9309 allows
+# a crawler to keep treating an unreachable robots.txt as "disallow all" for up to 30 days).
+ROBOTS_RETRY_MAX = 6 * 3600.0
+ROBOTS_GIVE_UP = 86400.0
+REPORT_KINDS = ("disallowed", "error")  # report leases: a final page to publish, no fetch
 STATE_CACHE = 50_000  # scope states kept decoded in memory (bounded: RSS must not grow with domains)
 
 
@@ -70,7 +83,9 @@ class Lease(msgspec.Struct, kw_only=True):
     item: UrlItem
     deadline: float
     scopes: list[str]
-    kind: str = "page"
+    kind: str = "page"  # page | robots | disallowed | error (the last two: a report, see the module doc)
+    dispatched_at: float = 0.0  # the send time scheduled, by the frontier's clock
+    error: str = ""  # reports: why the URL ends without a fetch
 
 
 _enc = msgspec.json.Encoder()
@@ -108,10 +123,23 @@ class Stats(msgspec.Struct, kw_only=True):
 _stats_dec = msgspec.json.Decoder(Stats)
 
 
+@dataclass(frozen=True)
+class Report:
+    """A URL that ends without a fetch: publish ``page``, then call ``reported(lease)``."""
+
+    lease: str
+    page: Page
+
+
 @dataclass
 class Dispatch:
     jobs: list[Job] = field(default_factory=list)
-    disallowed: list[UrlItem] = field(default_factory=list)  # to report on the output, never fetched
+    reports: list[Report] = field(default_factory=list)  # final pages of URLs never fetched
+
+    @property
+    def disallowed(self) -> list[Page]:
+        """The pages of URLs disallowed by robots.txt."""
+        return [r.page for r in self.reports if r.page.outcome == "disallowed"]
 
 
 @dataclass
@@ -130,14 +158,15 @@ class PartitionFrontier:
         self._agent = agent_token(self.user_agent)
         self._scheduler = Scheduler()
         self._leases: list[tuple[float, str]] = []  # (deadline, lease id), lazily pruned
-        # scope or robots:<host> → blocked multi-scope queues. A host's own queue needs no entry:
+        # scope or robots:<origin> → blocked multi-scope queues. A host's own queue needs no entry:
         # every lease that closes on a host reschedules that host's queue (see _closed).
         self._waiters: dict[str, set[str]] = defaultdict(set)
         self._queued: Counter[str] = Counter()  # queue id → URLs queued
-        self._robots_pending: set[str] = set()
-        self._rules: OrderedDict[str, Rules] = OrderedDict()
+        self._robots_pending: set[str] = set()  # origins whose robots.txt is being fetched
+        self._rules: OrderedDict[str, Rules] = OrderedDict()  # origin → rules (LRU over R<origin>)
+        self._unreported: list[str] = []  # report leases whose page is not out yet
         self.inflight = 0
-        self._seq = 0
+        self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see _qkey
         # lease ids: 64 random bits per incarnation + a counter (unique without uuid4's cost)
         self._lease_prefix = os.urandom(8).hex()
         self._lease_seq = 0
@@ -238,10 +267,13 @@ class PartitionFrontier:
         self._next_revisit = _DUE.unpack(head[0][1:9])[0] / 1000 if head is not None else None
         for key, value in self.kv.scan(_LEASE):
             lease = _lease_dec.decode(value)
+            if lease.kind in REPORT_KINDS:
+                self._unreported.append(key[1:].decode())  # its page may never have gone out
+                continue
             heapq.heappush(self._leases, (lease.deadline, key[1:].decode()))
             self.inflight += 1
             if lease.kind == "robots":
-                self._robots_pending.add(lease.item.host)
+                self._robots_pending.add(origin(lease.item.url))
         for key, _ in self.kv.scan(_QUEUE):
             self._queued[sys.intern(key[1 : key.index(b"\x00")].decode())] += 1
         for qid in self._queued:
@@ -263,10 +295,12 @@ class PartitionFrontier:
         self.changelog(key, None)
 
     def _qkey(self, qid: str, item: UrlItem, now: float) -> bytes:
-        self._seq = (self._seq + 1) % 1_000_000
+        # FIFO within a priority: the sequence is milliseconds since the epoch times 2**20, plus
+        # a counter. It never goes back within a process, survives restarts (the clock moved on),
+        # and stays within 64 bits until the year 2500 (no wrap that would flip the order).
+        self._seq = max(self._seq + 1, int(max(0.0, now) * 1000) << 20)
         prio = _MAX_PRIO - max(-_MAX_PRIO, min(_MAX_PRIO, item.priority))
-        seq = int(now * 1_000_000) * 1_000_000 + self._seq
-        return queue_prefix(qid) + _PRIO.pack(prio, seq % 2**64)
+        return queue_prefix(qid) + _PRIO.pack(prio, min(self._seq, 2**64 - 1))
 
     def _enqueue(self, qkey: bytes, item: UrlItem, now: float) -> None:
         qid = sys.intern(qkey[1 : qkey.index(b"\x00")].decode())
@@ -279,19 +313,29 @@ class PartitionFrontier:
             self._scheduler.schedule(qid, now)
 
     # -- robots.txt -------------------------------------------------------------------------------
-    def _robots(self, host: str, now: float) -> Rules | None:
-        """The host's current rules, or None when they must be (re)fetched first."""
-        rules = self._rules.get(host)
+    def _robots(self, site: str, now: float) -> Rules | None:
+        """The origin's current rules, or None when they must be (re)fetched first."""
+        rules = self._rules.get(site)
         if rules is None:
-            raw = self.kv.get(_ROBOTS + host.encode())
+            raw = self.kv.get(_ROBOTS + site.encode())
             if raw is None:
                 return None
             rules = Rules(_robots_dec.decode(raw), self._agent)
-            self._rules[host] = rules
+            self._rules[site] = rules
             if len(self._rules) > ROBOTS_CACHE:
                 self._rules.popitem(last=False)
-        ttl = self.settings.robots_retry if rules.unavailable else self.settings.robots_ttl
-        return rules if now < rules.record.fetched_at + ttl else None
+        return rules if now < self._robots_due(rules) else None
+
+    def _robots_due(self, rules: Rules) -> float:
+        """When the rules must be fetched again: after the TTL, or sooner (growing) after failures."""
+        rec = rules.record
+        if not rules.unavailable:
+            return rec.fetched_at + self.settings.robots_ttl
+        return rec.fetched_at + retry_after_failures(rec.failures, self.settings.robots_retry, ROBOTS_RETRY_MAX)
+
+    def _robots_given_up(self, rules: Rules) -> bool:
+        rec = rules.record
+        return rules.unavailable and rec.fetched_at - rec.failing_since >= ROBOTS_GIVE_UP
 
     # -- events -------------------------------------------------------------------------------------
     def ingest(self, items: Iterable[UrlItem], now: float) -> int:
@@ -325,21 +369,26 @@ class PartitionFrontier:
             qkey, raw = head
             item = _item_dec.decode(raw)
             scopes = qid.split(SEP)
-            host = scopes[0]
-            rules: Rules | None = None
             if self.settings.robots_obey:
-                rules = self._robots(host, now)
+                site = origin(item.url)
+                rules = self._robots(site, now)
                 if rules is None:
-                    self._need_robots(qid, item, scopes, now, out)
+                    self._need_robots(qid, item, scopes, site, now, out)
                     continue
-                if rules.unavailable:
-                    self._scheduler.schedule(qid, rules.record.fetched_at + self.settings.robots_retry)
+                if rules.unavailable and not self._robots_given_up(rules):
+                    self._scheduler.schedule(qid, self._robots_due(rules))
                     continue
-                if not rules.allowed(item.url):
-                    self._delete(qkey)
+                if rules.unavailable or not rules.allowed(item.url):
+                    if rules.unavailable:
+                        rec = rules.record
+                        error = f"robots.txt unreachable for {(now - rec.failing_since) / 3600:.1f} h"
+                        error += f" (last: {rec.error or rec.status})"
+                        self._report(item, qkey, scopes, now, "error", error)
+                        self.stats.failed += 1
+                    else:
+                        self._report(item, qkey, scopes, now, "disallowed", "disallowed by robots.txt")
+                        self.stats.disallowed += 1
                     self._queued[qid] -= 1
-                    self.stats.disallowed += 1
-                    out.disallowed.append(item)
                     self._scheduler.schedule(qid, now)
                     continue
             decision = self._decide(scopes, now, item.cost)
@@ -353,13 +402,14 @@ class PartitionFrontier:
             out.jobs.append(self._lease(item, qkey, scopes, now, not_before=max(now, decision.at)))
             self._queued[qid] -= 1
             self._scheduler.schedule(qid, now)
+        if self._unreported:
+            self._report_pending(out, now)
         return out
 
-    def _need_robots(self, qid: str, item: UrlItem, scopes: list[str], now: float, out: Dispatch) -> None:
+    def _need_robots(self, qid: str, item: UrlItem, scopes: list[str], site: str, now: float, out: Dispatch) -> None:
         host = scopes[0]
-        if host in self._robots_pending:
-            if len(scopes) > 1:  # the host's own queue is rescheduled when the robots lease closes
-                self._waiters[f"robots:{host}"].add(qid)
+        if site in self._robots_pending:
+            self._waiters[f"robots:{site}"].add(qid)  # woken when that robots.txt lease closes
             return
         decision = self._decide(scopes, now, 0.0)  # the robots.txt request goes through the same throttling
         if decision.at is None:
@@ -368,8 +418,38 @@ class PartitionFrontier:
             self._scheduler.schedule(qid, decision.at - self.settings.dispatch_lead)
             return
         robots_item = UrlItem(url=robots_url(item.url), host=host, domain=item.domain, meta={})
-        self._robots_pending.add(host)
+        self._robots_pending.add(site)
         out.jobs.append(self._lease(robots_item, b"", scopes, now, kind="robots", not_before=max(now, decision.at)))
+
+    # -- reports: URLs that end without a fetch -----------------------------------------------------
+    def _report(self, item: UrlItem, qkey: bytes, scopes: list[str], now: float, kind: str, error: str) -> None:
+        """Replace a queue entry by a report lease; its page goes out with the next dispatch."""
+        self._lease_seq += 1
+        lease_id = f"{self._lease_prefix}{self._lease_seq:x}"
+        lease = Lease(qkey=qkey, item=item, deadline=now, scopes=scopes, kind=kind, error=error)
+        self._put(_LEASE + lease_id.encode(), _enc.encode(lease))  # written before the entry goes
+        if qkey:
+            self._delete(qkey)
+        self._unreported.append(lease_id)
+
+    @staticmethod
+    def _report_page(lease: Lease, now: float) -> Page:
+        return Page(url=lease.item.url, outcome=lease.kind, error=lease.error, meta=lease.item.meta, fetched_at=now)
+
+    def _report_pending(self, out: Dispatch, now: float) -> None:
+        """Hand out the pages of new report leases, and of restored ones (a previous owner may
+        not have published them)."""
+        pending, self._unreported = self._unreported, []
+        for lease_id in pending:
+            raw = self.kv.get(_LEASE + lease_id.encode())
+            if raw is not None:
+                out.reports.append(Report(lease_id, self._report_page(_lease_dec.decode(raw), now)))
+
+    def reported(self, lease_id: str) -> None:
+        """The report's page is on crawl.pages: forget the report lease."""
+        key = _LEASE + lease_id.encode()
+        if self.kv.get(key) is not None:
+            self._delete(key)
 
     def _lease(
         self, item: UrlItem, qkey: bytes, scopes: list[str], now: float, kind: str = "page", not_before: float = 0.0
@@ -379,7 +459,7 @@ class PartitionFrontier:
         not_before = max(now, not_before)
         expires_at = not_before + self.settings.job_ttl
         deadline = expires_at + self.settings.fetch_timeout + self.settings.lease_grace
-        lease = Lease(qkey=qkey, item=item, deadline=deadline, scopes=scopes, kind=kind)
+        lease = Lease(qkey=qkey, item=item, deadline=deadline, scopes=scopes, kind=kind, dispatched_at=not_before)
         self._put(_LEASE + lease_id.encode(), _enc.encode(lease))
         if qkey:
             self._delete(qkey)
@@ -404,14 +484,15 @@ class PartitionFrontier:
         """Apply one worker result; return False for stale feedback (lease already closed)."""
         lease_key = _LEASE + fb.lease.encode()
         raw = self.kv.get(lease_key)
-        if raw is None:
+        lease = _lease_dec.decode(raw) if raw is not None else None
+        if lease is None or lease.kind in REPORT_KINDS:
             self.stats.stale_feedback += 1
+            self._late(fb, now)
             return False
-        lease = _lease_dec.decode(raw)
         item = lease.item
         if lease.kind == "robots":
             if fb.outcome != "expired":
-                self._store_robots(item.host, fb, now)
+                self._store_robots(origin(item.url), item.host, fb, now)
         elif fb.outcome == "expired":
             self._enqueue(lease.qkey, item, now)  # back to where it was
             self.stats.returned += 1
@@ -427,13 +508,28 @@ class PartitionFrontier:
                 self.stats.fetched += 1
             if item.revisit > 0:
                 self._schedule_revisit(item, now)
-        event = policy.Done(sent_at=fb.sent_at, status=fb.status, latency=fb.latency, error=fb.error,
-                            headers=fb.headers, adjust=item.adjust, outcome=fb.outcome)  # fmt: skip
+        event = policy.Done(sent_at=fb.sent_at, dispatched_at=lease.dispatched_at, status=fb.status,
+                            latency=fb.latency, error=fb.error, headers=fb.headers, adjust=item.adjust,
+                            outcome=fb.outcome)  # fmt: skip
         for scope in lease.scopes:
             self._apply(scope, event, now)
         self._delete(lease_key)
         self._closed(lease, now)
         return True
+
+    def _late(self, fb: Feedback, now: float) -> None:
+        """A result whose lease was already closed (expired, lost): the slot was freed then, but
+        a request really went out and what the server answered (a gate, a 429, an outage) still
+        applies to the host, so its throttling part is applied (named scopes are not known any more)."""
+        if fb.outcome == "expired" or fb.sent_at <= 0 or not fb.host:
+            return
+        scopes = [fb.host]
+        if fb.domain and fb.domain != fb.host and fb.domain in self.throttle.scopes:
+            scopes.append(fb.domain)
+        event = policy.Done(sent_at=fb.sent_at, status=fb.status, latency=fb.latency, error=fb.error,
+                            headers=fb.headers, adjust=False, outcome=fb.outcome, late=True)  # fmt: skip
+        for scope in scopes:
+            self._apply(scope, event, now)
 
     # -- recrawl ------------------------------------------------------------------------------------
     def _schedule_revisit(self, item: UrlItem, now: float) -> None:
@@ -497,22 +593,35 @@ class PartitionFrontier:
     def overrides(self) -> dict[str, Override]:
         return dict(self._overrides)
 
-    def _store_robots(self, host: str, fb: Feedback, now: float) -> None:
+    def _store_robots(self, site: str, host: str, fb: Feedback, now: float) -> None:
         status = 0 if fb.error else fb.status
         record = RobotsRecord(status=status, body=fb.body, fetched_at=now, error=fb.error)
-        self._put(_ROBOTS + host.encode(), _enc.encode(record))
         rules = Rules(record, self._agent)
-        self._rules[host] = rules
-        self._rules.move_to_end(host)
+        if rules.unavailable:  # count consecutive failures: retries grow apart, and end (see _robots_given_up)
+            before = self._robots_record(site)
+            failing = before is not None and before.failures > 0
+            record.failures = before.failures + 1 if failing and before else 1
+            record.failing_since = before.failing_since if failing and before else now
+        self._put(_ROBOTS + site.encode(), _enc.encode(record))
+        self._rules[site] = rules
+        self._rules.move_to_end(site)
         self.stats.robots_fetched += 1
         if not rules.unavailable:
             self._apply(host, policy.Robots(rules.delay()), now)
 
+    def _robots_record(self, site: str) -> RobotsRecord | None:
+        rules = self._rules.get(site)
+        if rules is not None:
+            return rules.record
+        raw = self.kv.get(_ROBOTS + site.encode())
+        return _robots_dec.decode(raw) if raw is not None else None
+
     def _closed(self, lease: Lease, now: float) -> None:
         self.inflight -= 1
         if lease.kind == "robots":
-            self._robots_pending.discard(lease.item.host)
-            self._wake(f"robots:{lease.item.host}", now)
+            site = origin(lease.item.url)
+            self._robots_pending.discard(site)
+            self._wake(f"robots:{site}", now)
         for scope in lease.scopes:
             self._wake(scope, now)
         self._scheduler.schedule(SEP.join(lease.scopes), now)
@@ -529,7 +638,16 @@ class PartitionFrontier:
                 continue  # feedback already closed it
             lease = _lease_dec.decode(raw)
             if lease.kind == "page":
-                self._enqueue(lease.qkey, lease.item, now)
+                # A lease can be lost again and again (a URL whose fetch kills its worker, a worker
+                # that never answers): count it as an attempt, and end with an error page.
+                item = msgspec.structs.replace(lease.item, attempts=lease.item.attempts + 1)
+                if item.attempts > self.settings.max_retries:
+                    error = f"no result from a worker after {item.attempts} leases"
+                    self._report(item, b"", lease.scopes, now, "error", error)
+                    self.stats.completed += 1
+                    self.stats.failed += 1
+                else:
+                    self._enqueue(lease.qkey, item, now)
             for scope in lease.scopes:
                 self._apply(scope, policy.Lost(), now)
             self._delete(lease_key)
@@ -559,13 +677,15 @@ class PartitionFrontier:
         paused = self._paused_by(scopes) if self._overrides else None
         if paused is not None:
             return f"paused ({paused})", None
-        if self.settings.robots_obey:
-            rules = self._robots(scopes[0], now)
+        head = self.kv.first(queue_prefix(qid))
+        if self.settings.robots_obey and head is not None:
+            rules = self._robots(origin(_item_dec.decode(head[1]).url), now)
             if rules is None:
                 return "robots.txt pending", None
             if rules.unavailable:
-                return "robots.txt unavailable: all disallowed until retry", (
-                    rules.record.fetched_at + self.settings.robots_retry
+                failures = rules.record.failures
+                return f"robots.txt unavailable ({failures} failure(s)): all disallowed until retry", (
+                    self._robots_due(rules)
                 )
         d = self._decide(scopes, now, 1.0, register=False)
         return d.reason, d.at

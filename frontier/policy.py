@@ -69,15 +69,24 @@ class Sent(msgspec.Struct, frozen=True):
 
 
 class Done(msgspec.Struct, frozen=True, kw_only=True):
-    """A dispatched job came back. ``sent_at`` is when the worker really sent it (0: never sent)."""
+    """A dispatched job came back. ``sent_at`` is when the worker really sent it (0: never sent),
+    by the worker's clock; ``dispatched_at`` is the send time the frontier scheduled, by its own
+    clock (what incidents are told apart by: the two clocks may disagree).
+
+    ``late``: the job's lease had already been closed (expired, or lost and re-queued) when this
+    result came in. The slot was freed then, so ``inflight`` is not touched again, but what the
+    server said (its gates, a 429, an outage) still counts: it was said about this scope.
+    """
 
     sent_at: float = 0.0
+    dispatched_at: float = 0.0
     status: int = 0
     latency: float = 0.0
     error: str = ""
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     adjust: bool = True  # False: this response must not move the AutoThrottle delay
     outcome: str = "fetched"  # "expired": handed back unfetched
+    late: bool = False
 
 
 class Lost(msgspec.Struct, frozen=True):
@@ -250,8 +259,14 @@ def apply(state: ScopeState, event: Event, now: float, s: ScopeSettings) -> Scop
     if isinstance(event, Lost):
         return rep(state, inflight=max(0, state.inflight - 1))
     if isinstance(event, Robots):
-        d = min(max(0.0, event.delay), s.robots_max_delay)
-        return rep(state, robots_delay=d, cause=f"robots.txt delay {d:.2f}" if d else state.cause)
+        asked = max(0.0, event.delay)
+        d = min(asked, s.robots_max_delay)
+        cause = state.cause
+        if asked > d:
+            cause = f"robots.txt asks {asked:.2f}s between requests, capped at {d:.2f}s (robots_max_delay)"
+        elif d:
+            cause = f"robots.txt delay {d:.2f}"
+        return rep(state, robots_delay=d, cause=cause)
     if isinstance(event, Pause):
         return rep(state, paused=event.paused)
     return _done(state, event, now, s)
@@ -261,8 +276,12 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
     rep = msgspec.structs.replace
     # A worker may have sent later than we dispatched (queueing in Kafka, waiting for its own
     # per-host gap): time the next slot from the real send so lag never shortens a gap.
-    last = max(state.last_sent, ev.sent_at) if ev.sent_at > 0 else state.last_sent  # 0: never sent
-    state = rep(state, inflight=max(0, state.inflight - 1), last_sent=last)
+    # A worker clock running ahead must not push the next slot into the future: a send time is
+    # never later than the moment its result reaches us.
+    sent_at = min(ev.sent_at, now)
+    last = max(state.last_sent, sent_at) if sent_at > 0 else state.last_sent  # 0: never sent
+    inflight = state.inflight if ev.late else max(0, state.inflight - 1)
+    state = rep(state, inflight=inflight, last_sent=last)
     if ev.outcome == "expired":
         return state
     # AutoThrottle: only real responses with a latency move it; exceptions never lower it.
@@ -293,7 +312,8 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
         state = rep(state, ru_triggers=state.ru_triggers + 1)
         # One step per incident: a response to a request sent before the last step belongs to
         # the incident that step already answered (eight in-flight 429s make one step, not eight).
-        sent = ev.sent_at or now
+        # Compared on the frontier's clock: the scheduled send time, not the worker's sent_at.
+        sent = ev.dispatched_at or min(ev.sent_at, now) or now
         if sent >= state.backoff_step_at:
             current = delay(state, s)
             b = s.backoff

@@ -1,12 +1,14 @@
-"""robots.txt rules for one host, parsed with Protego (RFC 9309), and what they mean for
-throttling. Pure: the fetched text and its HTTP status come in; no I/O here.
+"""robots.txt rules for one origin (scheme, host and port: RFC 9309 §2.3), parsed with Protego,
+and what they mean for throttling. Pure: the fetched text and its HTTP status come in; no I/O here.
 
 - 2xx: obey ``Disallow``/``Allow`` for our user agent; ``Crawl-delay`` and ``Request-rate``
   become the scope's minimum delay (garbage, zero, NaN and negatives ignored).
-- 4xx: no rules (allow everything).
-- 5xx or a network error: everything is disallowed until a later retry (RFC 9309 §2.3.1.4).
-- a permanent error (TLS, blocked address, malformed response): no rules; the pages will fail
-  the same way and be reported with that error.
+- 4xx other than 429: no rules (allow everything).
+- anything else (5xx, 429, a network error, TLS, a blocked address, a malformed response, an
+  unknown error kind): everything is disallowed until a later retry (RFC 9309 §2.3.1.4). Retries
+  come at growing intervals (:func:`retry_after_failures`); once the file has been unreachable
+  for ``robots_give_up`` seconds, the origin's queued URLs are reported with a final error
+  instead of waiting any longer (RFC 9309's 30 days is the outer limit).
 """
 
 from __future__ import annotations
@@ -18,18 +20,32 @@ from functools import cached_property
 import msgspec
 from protego import Protego
 
-from topics.schemas import NETWORK_ERRORS
-
 MAX_ROBOTS_BYTES = 500 * 1024  # RFC 9309: parse at least the first 500 KiB
 
 
 class RobotsRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """What is stored per host: the raw answer, so rules can be re-derived at any time."""
+    """What is stored per origin: the raw answer, so rules can be re-derived at any time."""
 
     status: int = 0  # 0: no response (see error)
     body: bytes = b""
     fetched_at: float = 0.0
     error: str = ""  # the fetch's error kind, if any
+    failures: int = 0  # consecutive unavailable answers, this one included (0 when available)
+    failing_since: float = 0.0  # when the first of those failures came in
+
+
+def unavailable_answer(status: int, error: str) -> bool:
+    """RFC 9309 §2.3.1.3-4: only a 2xx or a 4xx other than 429 is an answer; anything else
+    (5xx, 429, no response at all whatever the reason) means "try again later, fetch nothing"."""
+    if status == 0 or error:
+        return True
+    return status == 429 or status >= 500 or status < 200
+
+
+def retry_after_failures(failures: int, base: float, cap: float) -> float:
+    """Seconds before the next robots.txt attempt after ``failures`` consecutive failures:
+    ``base``, doubling per failure, at most ``cap``."""
+    return min(cap, base * 2.0 ** min(max(0, failures - 1), 40))
 
 
 @dataclass(frozen=True)
@@ -39,15 +55,8 @@ class Rules:
 
     @property
     def unavailable(self) -> bool:
-        """5xx or a network error: assume complete disallow (and retry later).
-
-        A permanent failure (TLS, a blocked address, a malformed response) is not "unreachable"
-        in RFC 9309's sense: the pages would fail the same way, so they are let through to be
-        reported with that error rather than held back forever.
-        """
-        if self.record.status >= 500:
-            return True
-        return self.record.status == 0 and (not self.record.error or self.record.error in NETWORK_ERRORS)
+        """No usable answer: assume complete disallow (and retry later)."""
+        return unavailable_answer(self.record.status, self.record.error)
 
     @cached_property
     def _parser(self) -> Protego | None:
@@ -80,11 +89,16 @@ class Rules:
         return max(delays)
 
 
+def origin(url: str) -> str:
+    """``scheme://host[:port]`` of a URL: what one robots.txt covers (RFC 9309 §2.3)."""
+    scheme, rest = url.split("://", 1)
+    authority = rest.split("/", 1)[0].split("?", 1)[0]
+    return f"{scheme.lower()}://{authority.lower()}"
+
+
 def robots_url(url: str) -> str:
     """``scheme://host[:port]/robots.txt`` for any URL of that origin."""
-    scheme, rest = url.split("://", 1)
-    origin = rest.split("/", 1)[0]
-    return f"{scheme}://{origin}/robots.txt"
+    return f"{origin(url)}/robots.txt"
 
 
 def agent_token(user_agent: str) -> str:

@@ -5,7 +5,11 @@ restores partitions when they are assigned, closes them cleanly when revoked, ap
 batches and feedback to them, and runs the dispatch loop that turns due hosts into jobs.
 
 Input events are acknowledged (and so their offsets committed) only after the state changes
-they caused are in the changelog: a takeover never skips a change it cannot restore.
+they caused are in the changelog: a takeover never skips a change it cannot restore. For the
+same reason, jobs and report pages of a dispatch round are published only once that round's
+changelog records are acknowledged: a worker never holds a job whose lease a takeover (or a
+restart after ``kill -9``) would not know about, and a report's page is published before its
+report lease is deleted (see ``frontier.partition``).
 """
 
 from __future__ import annotations
@@ -27,13 +31,13 @@ from frontier.config import Config
 from frontier.control import control_record, scope_domain
 from frontier.kafka_io import AsyncProducer, producer_conf
 from frontier.metrics import FrontierMetrics, cause_class, fetch_class
-from frontier.partition import PartitionFrontier
+from frontier.partition import Dispatch, PartitionFrontier
 from frontier.router import Router
 from frontier.standby import Standby
 from frontier.state import changelog_end, close_partition, db_path, open_partition
 from frontier.store import META, RocksKV
 from topics.partitioning import partition_for
-from topics.schemas import ControlCommand, FeedbackBatch, Page, Rejected, Status, UrlBatch, encode
+from topics.schemas import ControlCommand, FeedbackBatch, Rejected, Status, UrlBatch, encode
 
 WATCH_SECONDS = 120.0  # a charted scope stays in the snapshots this long after the page last asked
 MAX_WATCHED = 100
@@ -165,8 +169,11 @@ class FrontierService:
 
         return write
 
-    def _mark(self, p: int, owned: _Owned, events: tuple[Ackable, ...] = ()) -> None:
-        """Close a run of changelog writes with one marker record; ack ``events`` on its delivery.
+    def _mark(
+        self, p: int, owned: _Owned, events: tuple[Ackable, ...] = (), then: Callable[[], None] | None = None
+    ) -> None:
+        """Close a run of changelog writes with one marker record; ack ``events`` and run ``then``
+        (on the event loop) on its delivery.
 
         Records carry no delivery callback of their own (a Python call per record is the cost
         that matters at these rates). The idempotent producer delivers a partition's records in
@@ -180,6 +187,8 @@ class FrontierService:
         def delivered(_msg: Message) -> None:
             if events:
                 loop.call_soon_threadsafe(_ack_all, events)
+            if then is not None:
+                loop.call_soon_threadsafe(then)
 
         self.producer.send_nowait(self.topics.state, None, key=ACK_KEY, partition=p, on_delivery=delivered)
 
@@ -201,7 +210,14 @@ class FrontierService:
         owned = await self._partition(p)
         now = self.clock()
         for fb in batch.items:
-            owned.frontier.feedback(fb, now)
+            try:
+                owned.frontier.feedback(fb, now)
+            except Exception as exc:  # one bad result must not stop the others, nor come back forever
+                log.exception("feedback for %s could not be applied", fb.url[:200])
+                offset = getattr(getattr(event, "message", None), "offset", -1)
+                await self._reject(f"feedback not applied: {type(exc).__name__}: {exc}"[:500], encode(fb),
+                                   self.topics.feedback, p, offset)  # fmt: skip
+                continue
             self.metrics.feedback.labels(fetch_class(fb.outcome, fb.status)).inc()
         self._mark(p, owned, (event,))
         self._wake.set()
@@ -232,8 +248,10 @@ class FrontierService:
     async def dead_letter(self, topic: str, partition: int, offset: int, raw: bytes | None, exc: Exception) -> None:
         """Put an undecodable record on ``crawl.rejected`` with the reason (never silently dropped)."""
         log.error("undecodable record %s[%d]@%d: %s", topic, partition, offset, exc)
-        rejected = Rejected(reason=f"undecodable: {exc}", original=raw or b"", topic=topic, partition=partition,
-                            offset=offset)  # fmt: skip
+        await self._reject(f"undecodable: {exc}", raw or b"", topic, partition, offset)
+
+    async def _reject(self, reason: str, original: bytes, topic: str, partition: int, offset: int) -> None:
+        rejected = Rejected(reason=reason, original=original, topic=topic, partition=partition, offset=offset)
         self.rejected += 1
         await self.producer.send(self.topics.rejected, encode(rejected))
 
@@ -246,21 +264,43 @@ class FrontierService:
             f = owned.frontier
             f.expire_leases(now)
             result = f.dispatch(now)
-            for job in result.jobs:
-                self.producer.send_nowait(self.topics.jobs, encode(job), key=job.item.host.encode())
-                self.metrics.jobs.labels(job.kind).inc()
-            for item in result.disallowed:
-                page = Page(url=item.url, outcome="disallowed", error="disallowed by robots.txt", meta=item.meta,
-                            fetched_at=now)  # fmt: skip
-                self.producer.send_nowait(self.topics.pages, encode(page), key=item.url.encode())
             if owned.dirty:
-                self._mark(f.partition, owned)
+                # the round's leases must be in the changelog before anyone can act on them
+                then = self._releaser(f.partition, result) if result.jobs or result.reports else None
+                self._mark(f.partition, owned, then=then)
             nxt = f.next_wakeup()
             if nxt is not None and (wake is None or nxt < wake):
                 wake = nxt
         if wake is None:
             return 0.5
         return min(0.5, max(0.0, wake - now))
+
+    def _releaser(self, p: int, result: Dispatch) -> Callable[[], None]:
+        """Publish a round's jobs and report pages (called once its changelog records landed)."""
+
+        def release() -> None:
+            for job in result.jobs:
+                self.producer.send_nowait(self.topics.jobs, encode(job), key=job.item.host.encode())
+                self.metrics.jobs.labels(job.kind).inc()
+            for report in result.reports:
+                self.producer.send_nowait(self.topics.pages, encode(report.page), key=report.page.url.encode(),
+                                          on_delivery=self._on_reported(p, report.lease))  # fmt: skip
+
+        return release
+
+    def _on_reported(self, p: int, lease: str) -> Callable[[Message], None]:
+        loop = asyncio.get_running_loop()
+
+        def reported() -> None:
+            owned = self._owned.get(p)
+            if owned is not None:  # else the partition moved on: its new owner reports it again
+                owned.frontier.reported(lease)
+                self._wake.set()  # the deletion goes out with the next marker
+
+        def delivered(_msg: Message) -> None:
+            loop.call_soon_threadsafe(reported)
+
+        return delivered
 
     async def dispatch_loop(self) -> None:
         self.running = True

@@ -145,8 +145,53 @@ def test_delay_changes_are_reported_with_their_cause() -> None:
     assert row.gate_until == pytest.approx(30.1) and row.backoff == 1.0 and row.queued == 1
 
 
-def test_a_permanent_robots_error_lets_pages_through_to_fail_visibly() -> None:
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(429, ""), (0, "tls"), (0, "blocked_address"), (0, "bad_response"), (0, "client:SomethingNew"), (0, "reset")],
+)
+def test_robots_without_a_usable_answer_disallows_all_and_retries(status: int, error: str) -> None:
+    """RFC 9309: only 2xx and 4xx (not 429) are answers; 429, TLS, a blocked address, a malformed
+    response and unknown errors mean "fetch nothing, try again later", never "allow all"."""
     f = frontier({}, ROBOTS, POLITE)
     f.ingest([item("https://badcert.test/a")], 0.0)
-    done(f, f.dispatch(0.0).jobs[0], 0.1, error="tls")
-    assert [j.item.url for j in f.dispatch(1.0).jobs] == ["https://badcert.test/a"]
+    done(f, f.dispatch(0.0).jobs[0], 0.1, status=status, error=error)
+    assert f.dispatch(1.0).jobs == [] and f.dispatch(1.0).reports == []
+    assert [j.kind for j in f.dispatch(60.2).jobs] == ["robots"]
+
+
+def test_unreachable_robots_is_retried_less_and_less_then_its_urls_end_with_an_error() -> None:
+    """A dead host: robots.txt retries double (60 s, 120 s, ... up to 6 h), and after a day of
+    failures the queued URLs are reported with a final error instead of waiting forever."""
+    f = frontier({}, ROBOTS, POLITE)
+    f.ingest([item(f"http://dead.test/{n}") for n in range(100)], 0.0)
+    now, robots_fetches, ended = 0.0, 0, []
+    while now < 7 * 86400 and len(ended) < 100:
+        out = f.dispatch(now)
+        for job in out.jobs:
+            assert job.kind == "robots", job.item.url  # no page is ever fetched
+            robots_fetches += 1
+            done(f, job, now + 0.1, error="connect")
+        for report in out.reports:
+            ended.append(report.page)
+            f.reported(report.lease)
+        nxt = f.next_wakeup()
+        now = max(now + 0.2, nxt if nxt is not None else now + 60)
+    assert len(ended) == 100 and all(p.outcome == "error" and "robots.txt unreachable" in p.error for p in ended)
+    assert robots_fetches < 30  # doubling from 60 s to 6 h: about 12 attempts in the first day
+    assert 86400 <= ended[0].fetched_at < 86400 + 6 * 3600 + 60
+
+
+def test_robots_txt_is_per_origin() -> None:
+    """https://h/ and http://h:8080/ have robots.txt files of their own (RFC 9309 §2.3)."""
+    f = frontier({}, ROBOTS, POLITE)
+    f.ingest([item("http://o.test:8080/public/1"), item("https://o.test/private/1")], 0.0)
+    first = f.dispatch(0.0).jobs
+    assert [j.item.url for j in first] == ["http://o.test:8080/robots.txt"]
+    done(f, first[0], 0.1, body=b"User-agent: *\nDisallow:\n")
+    second = f.dispatch(3.0)
+    assert [j.item.url for j in second.jobs] == ["http://o.test:8080/public/1"]  # that origin's rules
+    done(f, second.jobs[0], 3.1)
+    third = f.dispatch(6.0)
+    assert [j.item.url for j in third.jobs] == ["https://o.test/robots.txt"]  # not fetched under http's rules
+    done(f, third.jobs[0], 6.1, body=b"User-agent: *\nDisallow: /private\n")
+    assert [p.url for p in f.dispatch(9.0).disallowed] == ["https://o.test/private/1"]

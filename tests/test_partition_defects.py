@@ -1,0 +1,139 @@
+"""Regression tests for review-found defects in one partition's logic (issue 11): lost leases that
+come back forever, late results, report leases, clocks, queue order, capped Crawl-delay."""
+
+from dataclasses import replace
+
+import pytest
+
+from frontier import policy
+from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
+from frontier.partition import PartitionFrontier, queue_prefix
+from frontier.store import MemoryKV
+from frontier.urls import parse_input
+from topics.schemas import Feedback, Job
+
+FIXED = AutoThrottleSettings(enabled=False)
+POLITE = ScopeSettings(delay=1.0, concurrency=1, autothrottle=FIXED)
+SETTINGS = FrontierConfig(max_retries=2, robots_obey=False, dispatch_lead=0.0)
+ROBOTS = replace(SETTINGS, robots_obey=True)
+
+
+class Log:
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, bytes | None]] = []
+
+    def __call__(self, key: bytes, value: bytes | None) -> None:
+        self.records.append((key, value))
+
+    def replay(self) -> MemoryKV:
+        kv = MemoryKV()
+        for key, value in self.records:
+            kv.put(key, value) if value is not None else kv.delete(key)
+        return kv
+
+
+def make(settings: FrontierConfig = SETTINGS, log: Log | None = None, kv: MemoryKV | None = None) -> PartitionFrontier:
+    return PartitionFrontier(0, kv or MemoryKV(), settings, ThrottleConfig(POLITE, {}), log or Log(), user_agent="t")
+
+
+def result(job: Job, now: float, status: int = 200, headers: dict[str, str] | None = None, body: bytes = b"",
+           outcome: str = "fetched") -> Feedback:  # fmt: skip
+    i = job.item
+    return Feedback(lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome=outcome, status=status,
+                    latency=0.05, sent_at=now, headers=headers or {}, body=body)  # fmt: skip
+
+
+def test_a_lease_lost_again_and_again_ends_with_an_error_page() -> None:
+    """A URL whose fetch never reports (it kills its worker, say) must not come back forever."""
+    f = make()
+    f.ingest([parse_input(b"http://poison.test/x")], 0.0)
+    now, leases, ended = 0.0, 0, []
+    for _ in range(20):
+        out = f.dispatch(now)
+        leases += len(out.jobs)
+        ended += [r.page for r in out.reports]
+        if ended:
+            break
+        now = (f.next_wakeup() or now) + 0.01
+        f.expire_leases(now)
+    assert leases == 3  # the first lease and max_retries = 2 more
+    [page] = ended
+    assert page.url == "http://poison.test/x" and page.outcome == "error" and "3 leases" in page.error
+    assert f.stats.lost == 3 and f.stats.failed == 1 and f.queued() == 0
+
+
+def test_a_report_is_kept_until_its_page_is_out_and_survives_a_restart() -> None:
+    log = Log()
+    f = make(ROBOTS, log)
+    f.ingest([parse_input(b"http://r.test/private/1")], 0.0)
+    robots = f.dispatch(0.0).jobs[0]
+    f.feedback(result(robots, 0.1, body=b"User-agent: *\nDisallow: /private\n"), 0.1)
+    [report] = f.dispatch(2.0).reports
+    assert report.page.outcome == "disallowed" and f.queued() == 0
+    # the process dies before the page was acknowledged: the next owner reports it again
+    g = make(ROBOTS, kv=log.replay())
+    g.rebuild(3.0)
+    [again] = g.dispatch(3.0).reports
+    assert again.page.url == "http://r.test/private/1" and again.lease == report.lease
+    # once the page is acknowledged, the report lease is deleted (in the changelog too)
+    f.reported(report.lease)
+    k = make(ROBOTS, kv=log.replay())
+    k.rebuild(5.0)
+    assert k.dispatch(5.0).reports == []
+
+
+def test_a_late_result_still_brings_the_servers_gate() -> None:
+    """The lease expired (the slot was freed), then the worker's 429 with Retry-After arrives:
+    the gate must hold all the same, and inflight must not go below the truth."""
+    f = make()
+    f.ingest([parse_input(b"http://late.test/1"), parse_input(b"http://late.test/2")], 0.0)
+    first = f.dispatch(0.0).jobs[0]
+    f.expire_leases(100.0)  # lost: re-queued, slot freed
+    again = f.dispatch(100.0).jobs[0]
+    assert f.feedback(result(first, 100.5, status=429, headers={"retry-after": "120"}), 100.6) is False
+    assert f.feedback(result(again, 100.7), 100.8) is True
+    assert f.dispatch(150.0).jobs == []  # inside the server's 120 s
+    row = f.scope_row("late.test", 150.0)
+    assert row.gate_until == pytest.approx(220.6) and row.inflight == 0
+
+
+def test_a_worker_clock_ahead_does_not_push_the_next_slot_into_the_future() -> None:
+    s = replace(POLITE, concurrency=1)
+    state = policy.apply(policy.ScopeState(), policy.Sent(10.0), 10.0, s)
+    state = policy.apply(state, policy.Done(sent_at=3600.0, status=200, latency=0.1), 10.5, s)
+    assert policy.decide(state, 11.5, s).reason == "ready"
+
+
+def test_incidents_are_told_apart_by_the_frontiers_clock() -> None:
+    """A worker 12 s behind: its sent_at for a request dispatched after the last backoff step
+    looks older than that step. Compared on the frontier's dispatch time it is a new incident."""
+    s = replace(POLITE, backoff=replace(POLITE.backoff, window=1000.0))
+    state = policy.apply(policy.ScopeState(), policy.Sent(0.0), 0.0, s)
+    state = policy.apply(state, policy.Done(sent_at=-12.0, dispatched_at=0.0, status=429), 0.1, s)
+    first = state.backoff
+    state = policy.apply(state, policy.Sent(5.0), 5.0, s)
+    state = policy.apply(state, policy.Done(sent_at=-7.0, dispatched_at=5.0, status=429), 5.1, s)
+    assert state.backoff > first  # a second incident: a second step
+
+
+def test_queue_order_is_fifo_even_where_the_old_sequence_wrapped() -> None:
+    """The old key was (µs * 10**6 + n) mod 2**64: it wrapped every ~5 h of epoch time, so a
+    URL queued just after a wrap sorted before one queued just before it."""
+    f = make()
+    wrap = 2**64 / 1e12  # seconds at which the old sequence wrapped (once every ~5.1 hours)
+    t0 = (int(1_790_000_000 / wrap) + 1) * wrap - 0.5  # half a second before a wrap in 2026
+    f.ingest([parse_input(b"http://fifo.test/first")], t0)
+    f.ingest([parse_input(b"http://fifo.test/second")], t0 + 1.0)
+    keys = [k for k, _ in f.kv.scan(queue_prefix("fifo.test"))]
+    first = f.kv.get(keys[0])
+    assert first is not None and b"/first" in first
+
+
+def test_a_crawl_delay_above_the_cap_says_so() -> None:
+    changes: list[str] = []
+    f = make(ROBOTS)
+    f.on_change = lambda scope, old, new, cause, gate: changes.append(cause)
+    f.ingest([parse_input(b"http://slow.test/1")], 0.0)
+    robots = f.dispatch(0.0).jobs[0]
+    f.feedback(result(robots, 0.1, body=b"User-agent: *\nCrawl-delay: 600\n"), 0.1)
+    assert any("600.00s" in c and "capped at 60.00s" in c for c in changes), changes

@@ -1,0 +1,153 @@
+"""The service's publishing order, driven without a broker (a recording producer stands in for
+the transport; the ordering it checks is what the real broker tests rely on):
+
+- a round's jobs and report pages leave only after its changelog records are acknowledged, so
+  a job in a worker's hands always has a recorded lease (issue 11, defect 12);
+- a report lease is deleted only once its page is acknowledged;
+- one feedback item that cannot be applied goes to crawl.rejected; the rest of its batch is
+  applied and the batch is acknowledged (defect 1).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from frontier.config import Config, FrontierConfig
+from frontier.partition import PartitionFrontier
+from frontier.service import ACK_KEY, FrontierService, _Owned
+from frontier.store import MemoryKV
+from frontier.urls import parse_input
+from topics.schemas import Feedback, FeedbackBatch, Job, Page, Rejected, decode
+
+
+class Recorder:
+    """The AsyncProducer surface the service uses; deliveries happen when the test says so."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes | None, bytes | None]] = []
+        self.pending: list[Callable[[], None]] = []
+
+    def send_bare(
+        self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None
+    ) -> None:
+        self.sent.append((topic, key, value))
+
+    def send_nowait(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
+                    on_delivery: Callable[[Any], None] | None = None) -> None:  # fmt: skip
+        self.sent.append((topic, key, value))
+        if on_delivery is not None:
+            self.pending.append(lambda: on_delivery(None))
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None) -> Any:
+        self.sent.append((topic, key, value))
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+    def deliver_all(self) -> None:
+        pending, self.pending = self.pending, []
+        for deliver in pending:
+            deliver()
+
+    def topics(self) -> list[str]:
+        return [t for t, _, _ in self.sent]
+
+
+class Event:
+    def __init__(self) -> None:
+        self.acked = False
+
+    def ack(self) -> bool:
+        self.acked = True
+        return True
+
+
+def service(settings: FrontierConfig) -> tuple[FrontierService, Recorder, PartitionFrontier]:
+    cfg = replace(Config(), frontier=settings)
+    svc = FrontierService(cfg, clock=lambda: 1000.0)
+    rec = Recorder()
+    svc._producer = rec  # type: ignore[assignment]
+    kv = MemoryKV()
+    f = PartitionFrontier(0, kv, settings, cfg.throttle, svc._changelog(0), user_agent="t")
+    svc._owned[0] = _Owned(frontier=f, kv=kv)  # type: ignore[arg-type]
+    svc._ready[0].set()
+    f.rebuild(1000.0)
+    return svc, rec, f
+
+
+async def settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+async def test_jobs_leave_only_after_their_leases_are_in_the_changelog() -> None:
+    svc, rec, f = service(FrontierConfig(robots_obey=False, dispatch_lead=0.0))
+    f.ingest([parse_input(b"http://a.test/1"), parse_input(b"http://b.test/1")], 1000.0)
+    svc.dispatch_once()
+    await settle()
+    state, jobs = svc.topics.state, svc.topics.jobs
+    assert jobs not in rec.topics()  # nothing in workers' hands before the broker has the leases
+    leases = [k for t, k, _ in rec.sent if t == state and k is not None and k.startswith(b"L")]
+    assert len(leases) == 2 and rec.sent[-1][:2] == (state, ACK_KEY)
+    rec.deliver_all()  # the marker (and so every record before it) is acknowledged
+    await settle()
+    sent = [decode(v or b"", Job) for t, _, v in rec.sent if t == jobs]
+    assert sorted(j.item.url for j in sent) == ["http://a.test/1", "http://b.test/1"]
+    assert {b"L" + j.lease.encode() for j in sent} == set(leases)
+
+
+async def test_a_report_lease_is_deleted_only_after_its_page_is_acknowledged() -> None:
+    svc, rec, f = service(FrontierConfig(robots_obey=True, dispatch_lead=0.0))
+    f.ingest([parse_input(b"http://r.test/private/1")], 1000.0)
+    svc.dispatch_once()
+    await settle()
+    rec.deliver_all()
+    await settle()
+    [robots] = [decode(v or b"", Job) for t, _, v in rec.sent if t == svc.topics.jobs]
+    i = robots.item
+    f.feedback(Feedback(lease=robots.lease, host=i.host, domain=i.domain, url=i.url, outcome="fetched", status=200,
+                        sent_at=1000.0, body=b"User-agent: *\nDisallow: /private\n"), 1000.1)  # fmt: skip
+    rec.sent.clear()
+    svc.clock = lambda: 1005.0
+    svc.dispatch_once()
+    await settle()
+    assert svc.topics.pages not in rec.topics()
+    rec.deliver_all()  # the report lease is in the changelog: now the page goes
+    await settle()
+    [page] = [decode(v or b"", Page) for t, _, v in rec.sent if t == svc.topics.pages]
+    assert page.outcome == "disallowed"
+    report_keys = [k for k, _ in f.kv.scan(b"L")]
+    assert len(report_keys) == 1  # still there: the page is not acknowledged yet
+    rec.deliver_all()  # the page is acknowledged
+    await settle()
+    assert list(f.kv.scan(b"L")) == []
+    assert (svc.topics.state, report_keys[0], None) in rec.sent  # the deletion is changelogged
+
+
+async def test_one_bad_feedback_item_is_rejected_and_the_rest_applied(monkeypatch: pytest.MonkeyPatch) -> None:
+    svc, rec, f = service(FrontierConfig(robots_obey=False, dispatch_lead=0.0))
+    f.ingest([parse_input(b"http://a.test/1"), parse_input(b"http://b.test/1")], 1000.0)
+    out = f.dispatch(1000.0)
+    original = f.feedback
+
+    def fragile(fb: Feedback, now: float) -> bool:
+        if fb.host == "a.test":
+            raise OverflowError("int too large to convert to float")
+        return original(fb, now)
+
+    monkeypatch.setattr(f, "feedback", fragile)
+    items = [Feedback(lease=j.lease, host=j.item.host, domain=j.item.domain, url=j.item.url, outcome="fetched",
+                      status=200, sent_at=1000.0) for j in out.jobs]  # fmt: skip
+    event = Event()
+    await svc.handle_feedback(0, FeedbackBatch(items=items), event)
+    rejected = [decode(v or b"", Rejected) for t, _, v in rec.sent if t == svc.topics.rejected]
+    assert len(rejected) == 1 and "OverflowError" in rejected[0].reason and b"a.test" in rejected[0].original
+    assert f.stats.completed == 1  # b.test's result was applied
+    rec.deliver_all()
+    await settle()
+    assert event.acked  # the batch is not replayed forever
