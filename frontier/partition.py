@@ -46,6 +46,7 @@ from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
+from urllib.parse import urljoin
 
 import msgspec
 
@@ -74,7 +75,8 @@ ROBOTS_CACHE = 10_000
 # a crawler to keep treating an unreachable robots.txt as "disallow all" for up to 30 days).
 ROBOTS_RETRY_MAX = 6 * 3600.0
 ROBOTS_GIVE_UP = 86400.0
-REPORT_KINDS = ("disallowed", "error")  # report leases: a final page to publish, no fetch
+REPORT_KINDS = ("disallowed", "error")
+MAX_ROBOTS_REDIRECTS = 5  # report leases: a final page to publish, no fetch
 STATE_CACHE = 50_000  # scope states kept decoded in memory (bounded: RSS must not grow with domains)
 
 
@@ -86,6 +88,7 @@ class Lease(msgspec.Struct, kw_only=True):
     kind: str = "page"  # page | robots | disallowed | error (the last two: a report, see the module doc)
     dispatched_at: float = 0.0  # the send time scheduled, by the frontier's clock
     error: str = ""  # reports: why the URL ends without a fetch
+    site: str = ""  # robots: the origin whose robots.txt this is (the URL may be a redirect hop)
 
 
 _enc = msgspec.json.Encoder()
@@ -94,6 +97,15 @@ _lease_dec = msgspec.json.Decoder(Lease)
 _override_dec = msgspec.json.Decoder(Override)
 _state_dec = msgspec.json.Decoder(policy.ScopeState)
 _robots_dec = msgspec.json.Decoder(RobotsRecord)
+
+
+def _join(base: str, location: str) -> str:
+    """An absolute http(s) redirect target, or "" when ``location`` is not one."""
+    try:
+        target = urljoin(base, location.strip())
+    except ValueError:
+        return ""
+    return target if target.startswith(("http://", "https://")) and len(target) <= 2048 else ""
 
 
 def queue_prefix(qid: str) -> bytes:
@@ -273,7 +285,7 @@ class PartitionFrontier:
             heapq.heappush(self._leases, (lease.deadline, key[1:].decode()))
             self.inflight += 1
             if lease.kind == "robots":
-                self._robots_pending.add(origin(lease.item.url))
+                self._robots_pending.add(lease.site or origin(lease.item.url))
         for key, _ in self.kv.scan(_QUEUE):
             self._queued[sys.intern(key[1 : key.index(b"\x00")].decode())] += 1
         for qid in self._queued:
@@ -324,6 +336,8 @@ class PartitionFrontier:
             self._rules[site] = rules
             if len(self._rules) > ROBOTS_CACHE:
                 self._rules.popitem(last=False)
+        if rules.record.redirect:
+            return None  # half way through its redirects: the next hop is fetched first
         return rules if now < self._robots_due(rules) else None
 
     def _robots_due(self, rules: Rules) -> float:
@@ -417,9 +431,13 @@ class PartitionFrontier:
         if decision.at > now + self.settings.dispatch_lead:
             self._scheduler.schedule(qid, decision.at - self.settings.dispatch_lead)
             return
-        robots_item = UrlItem(url=robots_url(item.url), host=host, domain=item.domain, meta={})
+        # robots.txt redirects are followed one hop per job, each through the same throttling
+        hop = self._robots_record(site)
+        url = hop.redirect if hop is not None and hop.redirect else robots_url(item.url)
+        robots_item = UrlItem(url=url, host=host, domain=item.domain, meta={})
         self._robots_pending.add(site)
-        out.jobs.append(self._lease(robots_item, b"", scopes, now, kind="robots", not_before=max(now, decision.at)))
+        job = self._lease(robots_item, b"", scopes, now, kind="robots", not_before=max(now, decision.at), site=site)
+        out.jobs.append(job)
 
     # -- reports: URLs that end without a fetch -----------------------------------------------------
     def _report(self, item: UrlItem, qkey: bytes, scopes: list[str], now: float, kind: str, error: str) -> None:
@@ -452,14 +470,22 @@ class PartitionFrontier:
             self._delete(key)
 
     def _lease(
-        self, item: UrlItem, qkey: bytes, scopes: list[str], now: float, kind: str = "page", not_before: float = 0.0
+        self,
+        item: UrlItem,
+        qkey: bytes,
+        scopes: list[str],
+        now: float,
+        kind: str = "page",
+        not_before: float = 0.0,
+        site: str = "",
     ) -> Job:
         self._lease_seq += 1
         lease_id = f"{self._lease_prefix}{self._lease_seq:x}"
         not_before = max(now, not_before)
         expires_at = not_before + self.settings.job_ttl
         deadline = expires_at + self.settings.fetch_timeout + self.settings.lease_grace
-        lease = Lease(qkey=qkey, item=item, deadline=deadline, scopes=scopes, kind=kind, dispatched_at=not_before)
+        lease = Lease(qkey=qkey, item=item, deadline=deadline, scopes=scopes, kind=kind, dispatched_at=not_before,
+                      site=site)  # fmt: skip
         self._put(_LEASE + lease_id.encode(), _enc.encode(lease))
         if qkey:
             self._delete(qkey)
@@ -492,7 +518,7 @@ class PartitionFrontier:
         item = lease.item
         if lease.kind == "robots":
             if fb.outcome != "expired":
-                self._store_robots(origin(item.url), item.host, fb, now)
+                self._store_robots(lease.site or origin(item.url), item, fb, now)
         elif fb.outcome == "expired":
             self._enqueue(lease.qkey, item, now)  # back to where it was
             self.stats.returned += 1
@@ -593,9 +619,17 @@ class PartitionFrontier:
     def overrides(self) -> dict[str, Override]:
         return dict(self._overrides)
 
-    def _store_robots(self, site: str, host: str, fb: Feedback, now: float) -> None:
+    def _store_robots(self, site: str, item: UrlItem, fb: Feedback, now: float) -> None:
+        host = item.host
         status = 0 if fb.error else fb.status
         record = RobotsRecord(status=status, body=fb.body, fetched_at=now, error=fb.error)
+        location = fb.headers.get("location", "")
+        if 300 <= status < 400 and location:
+            before = self._robots_record(site)
+            hops = before.hops + 1 if before is not None and before.redirect == item.url else 1
+            target = _join(item.url, location)
+            if hops <= MAX_ROBOTS_REDIRECTS and target:  # RFC 9309 §2.3.1.2: follow at least five
+                record = RobotsRecord(status=status, fetched_at=now, redirect=target, hops=hops)
         rules = Rules(record, self._agent)
         if rules.unavailable:  # count consecutive failures: retries grow apart, and end (see _robots_given_up)
             before = self._robots_record(site)
@@ -606,7 +640,7 @@ class PartitionFrontier:
         self._rules[site] = rules
         self._rules.move_to_end(site)
         self.stats.robots_fetched += 1
-        if not rules.unavailable:
+        if not rules.unavailable and not record.redirect:
             self._apply(host, policy.Robots(rules.delay()), now)
 
     def _robots_record(self, site: str) -> RobotsRecord | None:
@@ -619,7 +653,7 @@ class PartitionFrontier:
     def _closed(self, lease: Lease, now: float) -> None:
         self.inflight -= 1
         if lease.kind == "robots":
-            site = origin(lease.item.url)
+            site = lease.site or origin(lease.item.url)
             self._robots_pending.discard(site)
             self._wake(f"robots:{site}", now)
         for scope in lease.scopes:

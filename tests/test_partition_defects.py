@@ -137,3 +137,23 @@ def test_a_crawl_delay_above_the_cap_says_so() -> None:
     robots = f.dispatch(0.0).jobs[0]
     f.feedback(result(robots, 0.1, body=b"User-agent: *\nCrawl-delay: 600\n"), 0.1)
     assert any("600.00s" in c and "capped at 60.00s" in c for c in changes), changes
+
+
+def test_robots_redirects_are_followed_one_throttled_hop_at_a_time() -> None:
+    """A robots.txt behind two redirects: three requests, each a job of its own through the
+    host's delay (the worker used to follow them back to back), then the rules apply."""
+    f = make(ROBOTS)
+    f.ingest([parse_input(b"http://hop.test/private/1"), parse_input(b"http://hop.test/ok")], 0.0)
+    [first] = f.dispatch(0.0).jobs
+    assert first.item.url == "http://hop.test/robots.txt"
+    f.feedback(result(first, 0.1, status=301, headers={"location": "/r1.txt"}), 0.1)
+    assert f.dispatch(0.5).jobs == []  # the host's 1 s delay holds for the next hop too
+    [second] = f.dispatch(1.1).jobs
+    assert second.kind == "robots" and second.item.url == "http://hop.test/r1.txt"
+    f.feedback(result(second, 1.2, status=302, headers={"location": "http://hop.test/final.txt"}), 1.2)
+    [third] = f.dispatch(2.2).jobs
+    assert third.item.url == "http://hop.test/final.txt"
+    f.feedback(result(third, 2.3, body=b"User-agent: *\nDisallow: /private\n"), 2.3)
+    out = f.dispatch(3.3)
+    assert [p.url for p in out.disallowed] == ["http://hop.test/private/1"]
+    assert [j.item.url for j in out.jobs] == ["http://hop.test/ok"]
