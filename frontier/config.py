@@ -53,11 +53,14 @@ class AutoThrottleSettings:
 
 @dataclass(frozen=True)
 class BackoffSettings:
-    codes: tuple[int, ...] = BACKOFF_CODES  # statuses that trigger backoff (network errors always do)
-    factor: float = 2.0
-    min_delay: float = 1.0
+    """Adaptation to the server's signals (THROTTLING.md v2 §3, frontier/adapt.py)."""
+
+    codes: tuple[int, ...] = BACKOFF_CODES  # statuses that are limit (429) or trouble (5xx) signals
+    factor: float = 1.5  # a limit signal steps the delay to this times the interval it happened at
+    min_delay: float = 0.25  # ...and to at least this
     max_delay: float = 300.0
-    window: float = 60.0  # quiet seconds before each recovery step
+    window: float = 60.0  # unused since v2 (recovery is per success); accepted for old configurations
+    trouble_max: float = 60.0  # outages (503, network errors): probe at doubling intervals up to this
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,17 @@ The delay of a scope is the largest of:
 - its **base**: the configured ``delay`` (lowered by rampup), raised by robots.txt
   ``Crawl-delay`` unless ``ignore_robots_txt``;
 - the **AutoThrottle** delay (Scrapy's rule, see :func:`autothrottle`), never below the base;
-- the **backoff** delay after 429/5xx/network errors, one step per incident, recovering by
-  bisection after quiet windows;
-- the quota **spread** (``window / quota``) when asked for.
+- the **adaptation** delay (:mod:`frontier.adapt`): responses move it. Limit signals teach the
+  scope its limit and each success brings the delay back toward it; trouble signals probe at
+  doubling intervals until the first success ends the outage;
+- the quota **spread** (``window / quota``) when asked for, and a **published budget**'s
+  spread (RateLimit / X-RateLimit ``reset / remaining``).
 
 Separately from the delay, a scope may be **gated** (Retry-After / RateLimit: no request at
-all until a time that backoff recovery never shortens), **quota**-limited, **paused**, or full
-(``concurrency`` requests in flight).
+all until a time that adaptation never shortens), **quota**-limited, **paused**, or full
+(``concurrency`` requests in flight). Server-stated intervals (Crawl-delay, Request-rate) are
+a **floor** timed from the end of the previous response, with a margin (§9); jitter never
+shortens a gap below it. Gates end with the same margin.
 """
 
 from __future__ import annotations
@@ -24,11 +28,17 @@ from dataclasses import dataclass
 
 import msgspec
 
+from frontier import adapt
 from frontier.config import ScopeSettings
 from frontier.headers import gate_seconds, ratelimit
 from topics.schemas import NETWORK_ERRORS
 
 _EPS = 1e-9
+MARGIN = (0.02, 0.02)  # server-stated intervals and windows are kept with 2 % + 20 ms to spare (§9)
+
+
+def with_margin(seconds: float) -> float:
+    return seconds * (1 + MARGIN[0]) + MARGIN[1] if seconds > 0 else 0.0
 
 
 class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
@@ -38,11 +48,19 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     last_sent: float = -1.0  # latest known request send (< 0: never)
     jitter_u: float = 0.5  # uniform [0, 1) draw for the gap after last_sent
     at_delay: float = -1.0  # AutoThrottle delay (< 0: not started yet)
-    backoff: float = 0.0  # backoff delay (0: no backoff)
-    backoff_step_at: float = -1.0  # when backoff last stepped up (incident boundary; < 0: never)
-    backoff_changed_at: float = 0.0  # last step up or recovery step (recovery windows count from here)
-    unsafe: float = 0.0  # the delay at which the last trigger happened (bisection's lower bound)
-    safe: float = 0.0  # the lowest backoff delay that survived a whole quiet window (bisection's upper bound)
+    backoff: float = 0.0  # adaptation delay from limit signals (0: none), see frontier.adapt
+    backoff_step_at: float = -1.0  # when adaptation last stepped up (incident boundary; < 0: never)
+    limit: float = 0.0  # learned limit: the sending interval at the last limit signal (0: none known)
+    near: int = 0  # successes at the target since the last probe step
+    near_at: float = -1.0  # when the current probe step began (< 0: not settled yet)
+    probes: int = 0  # probe steps taken since the last limit signal
+    trouble: float = 0.0  # probe interval while the server is in trouble (0: no outage)
+    returned: int = -1  # sends since an outage ended (-1: none recent); trouble this soon is overload
+    gap: float = -1.0  # EWMA of real send gaps (< 0: not measured yet)
+    sig_sent: float = -1.0  # dispatch time of the request that brought the last limit signal
+    sig_ok: int = 0  # successes since that signal (the limit's rate is sig_ok over the time between two)
+    last_end: float = -1.0  # when the latest response ended (server-stated floors are timed from it)
+    unsafe: float = 0.0  # rampup: a delay known to trigger
     gate_until: float = 0.0  # hard gate from the server
     gate_cause: str = ""
     robots_delay: float = 0.0  # Crawl-delay / Request-rate, already capped
@@ -50,6 +68,7 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     quota_used: float = 0.0
     srv_remaining: int = -1  # RateLimit remaining > 0 told by the server (-1: none)
     srv_until: float = 0.0
+    srv_spread: float = 0.0  # seconds between requests to spread the published budget
     ru_delay: float = -1.0  # rampup's delay (< 0: the configured delay)
     ru_concurrency: int = 0  # rampup's concurrency (0: the configured concurrency)
     ru_window_start: float = -1.0
@@ -163,39 +182,18 @@ def delay(state: ScopeState, s: ScopeSettings) -> float:
     d = current_at_delay(state, s) if s.autothrottle.enabled else base_delay(state, s)
     if state.backoff > d:
         d = state.backoff
+    if state.trouble > d:
+        d = state.trouble
     if s.spread and s.quota > 0:
         d = max(d, s.window / s.quota)
+    if state.srv_remaining > 0 and state.srv_spread > d:
+        d = state.srv_spread  # a published budget: spread what is left over what is left of its window
     return d
 
 
-def _recover(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
-    """Backoff recovery: after each quiet window, step at most halfway back down."""
-    b = s.backoff
-    while state.backoff > 0 and now - state.backoff_changed_at >= b.window:
-        at = state.backoff_changed_at + b.window
-        base = delay(msgspec.structs.replace(state, backoff=0.0), s)
-        safe = state.backoff  # survived a whole window: known safe
-        unsafe = state.unsafe
-        floor = max(unsafe, base)
-        if unsafe > 0 and safe - floor > max(0.05, 0.1 * floor):
-            new = (safe + floor) / 2  # bisect between the last unsafe and the last safe delay
-        elif s.rampup.enabled:
-            # Settled just above the limit: rampup owns the speed from here (about one probe per
-            # rampup window), starting from the delay that proved safe.
-            ru = state.ru_delay if state.ru_delay >= 0 else s.delay
-            return msgspec.structs.replace(
-                state, backoff=0.0, safe=safe, ru_delay=max(ru, safe), backoff_changed_at=at,
-                cause=f"backoff settled at {safe:.2f}: rampup continues from there",
-            )  # fmt: skip
-        else:
-            new, unsafe = (safe + base) / 2, 0.0  # close to the limit: now head for the base
-        if new - base < 0.05:
-            new = 0.0
-        state = msgspec.structs.replace(
-            state, backoff=new, unsafe=unsafe, safe=safe if new else 0.0, backoff_changed_at=at,
-            cause=f"backoff recovery {safe:.2f}->{max(new, base):.2f} after {b.window:.0f}s quiet",
-        )  # fmt: skip
-    return state
+def floor(state: ScopeState, s: ScopeSettings) -> float:
+    """The server-stated interval (Crawl-delay / Request-rate) with its margin; 0 when none."""
+    return with_margin(state.robots_delay) if state.robots_delay > 0 and not s.ignore_robots_txt else 0.0
 
 
 def _rampup(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
@@ -237,8 +235,11 @@ def _rampup(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
 
 
 def advance(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
-    """Apply what the passing of time does: backoff recovery, rampup windows."""
-    return _rampup(_recover(state, now, s), now, s)
+    """Apply what the passing of time does: a published budget's window ends; rampup windows
+    (adaptation moves on responses only)."""
+    if state.srv_spread and now >= state.srv_until:
+        state = msgspec.structs.replace(state, srv_spread=0.0, srv_remaining=-1)
+    return _rampup(state, now, s)
 
 
 # -- events -----------------------------------------------------------------------------------
@@ -253,6 +254,7 @@ def apply(state: ScopeState, event: Event, now: float, s: ScopeSettings) -> Scop
                 used, start = 0.0, now
             used += event.cost
         srv = state.srv_remaining - 1 if state.srv_remaining > 0 and now < state.srv_until else state.srv_remaining
+        state = adapt.on_sent(state, event.at, delay(state, s))
         return rep(state, inflight=state.inflight + 1, last_sent=max(state.last_sent, event.at), jitter_u=event.u,
                    quota_used=used, quota_start=start, srv_remaining=srv, ru_sent=state.ru_sent + 1,
                    sent_total=state.sent_total + 1)  # fmt: skip
@@ -281,7 +283,9 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
     sent_at = min(ev.sent_at, now)
     last = max(state.last_sent, sent_at) if sent_at > 0 else state.last_sent  # 0: never sent
     inflight = state.inflight if ev.late else max(0, state.inflight - 1)
-    state = rep(state, inflight=inflight, last_sent=last)
+    # the response ended no earlier than its headers came back (and no later than now)
+    end = min(now, sent_at + ev.latency) if sent_at > 0 else state.last_end
+    state = rep(state, inflight=inflight, last_sent=last, last_end=max(state.last_end, end))
     if ev.outcome == "expired":
         return state
     # AutoThrottle: only real responses with a latency move it; exceptions never lower it.
@@ -299,31 +303,33 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
     gate = gate_seconds(ev.status, ev.headers, trigger, now)
     if gate is not None:
         seconds, why = gate
-        until = now + min(seconds, s.gate_max)
+        until = now + with_margin(min(seconds, s.gate_max))
         if until > state.gate_until:
             state = rep(state, gate_until=until, gate_cause=f"{why}: {seconds:.0f}s")
     rl = ratelimit(ev.headers)
     if rl is not None and rl.remaining > 0 and rl.reset > 0:
-        # the server's own quota: do not exceed `remaining` more requests within `reset` seconds
-        state = rep(state, srv_remaining=max(0, rl.remaining - state.inflight), srv_until=now + rl.reset)
+        # A published budget: never more than `remaining` requests before the reset, spread
+        # evenly over it (those in flight already count against it).
+        left = max(0, rl.remaining - state.inflight)
+        spread = with_margin(rl.reset) / left if left else 0.0
+        state = rep(state, srv_remaining=left, srv_until=now + with_margin(rl.reset), srv_spread=spread)
         if s.quota > 0:
             state = rep(state, quota_used=max(0.0, s.quota - rl.remaining))
-    if trigger:
-        state = rep(state, ru_triggers=state.ru_triggers + 1)
-        # One step per incident: a response to a request sent before the last step belongs to
-        # the incident that step already answered (eight in-flight 429s make one step, not eight).
-        # Compared on the frontier's clock: the scheduled send time, not the worker's sent_at.
-        sent = ev.dispatched_at or min(ev.sent_at, now) or now
-        if sent >= state.backoff_step_at:
-            current = delay(state, s)
-            b = s.backoff
-            if state.safe > current:
-                new = state.safe  # a probe below a delay known to be safe failed: back to that delay
-            else:
-                new = min(max(b.min_delay, current * b.factor), b.max_delay)
-            state = rep(state, backoff=new, backoff_step_at=now, backoff_changed_at=now, unsafe=current,
-                        cause=f"backoff on {ev.status or ev.error}: {current:.2f}->{new:.2f}")  # fmt: skip
-    return state
+    kind = adapt.classify(ev.status, ev.error, trigger, gate is not None)
+    if kind == adapt.SUCCESS:
+        return adapt.on_success(state, s, base_delay(state, s), now) if ev.status and not ev.late else state
+    state = rep(state, ru_triggers=state.ru_triggers + 1)
+    # One step per incident: a response to a request sent before the last step belongs to the
+    # incident that step already answered (eight in-flight 429s make one step, not eight).
+    # Compared on the frontier's clock: the scheduled send time, not the worker's sent_at.
+    sent = ev.dispatched_at or min(ev.sent_at, now) or now
+    if sent < state.backoff_step_at:
+        return state
+    current = delay(state, s)
+    why = str(ev.status or ev.error)
+    if kind == adapt.LIMIT:
+        return adapt.on_limit(state, now, s, current, why, sent)
+    return adapt.on_trouble(state, now, s, delay(rep(state, trouble=0.0), s), why)
 
 
 # -- the question -------------------------------------------------------------------------------
@@ -342,8 +348,21 @@ def decide(state: ScopeState, now: float, s: ScopeSettings, cost: float = 1.0) -
     if state.srv_remaining == 0 and now < state.srv_until:
         return Decision(state.srv_until, "ratelimit")
     if state.last_sent >= 0:
-        gap = delay(state, s) * jitter_factor(state.jitter_u, s)
-        nxt = state.last_sent + gap
+        d = delay(state, s)
+        least = floor(state, s)
+        # jitter may lengthen any gap, but never shortens one below a server-stated floor
+        gap = max(d * jitter_factor(state.jitter_u, s), least)
+        nxt = max(state.last_sent + gap, state.last_end + least if least else 0.0)
         if nxt > now:
-            return Decision(nxt, "backoff" if state.backoff >= delay(state, s) - _EPS and state.backoff else "delay")
+            return Decision(nxt, _why(state, d, least))
     return Decision(now, "ready")
+
+
+def _why(state: ScopeState, d: float, least: float) -> str:
+    if state.trouble and state.trouble >= d - _EPS:
+        return "trouble"
+    if state.backoff and state.backoff >= d - _EPS:
+        return "backoff"
+    if least and least >= d - _EPS:
+        return "floor"
+    return "delay"

@@ -82,13 +82,16 @@ def test_robots_first_then_disallow_is_reported_and_crawl_delay_applies() -> Non
     assert [(j.kind, j.item.url) for j in first.jobs] == [("robots", "http://r.test/robots.txt")]
     assert f.dispatch(0.2).jobs == [] and "robots.txt pending" in f.scope_rows(0.2)[0].reason
     done(f, first.jobs[0], 0.1, body=b"User-agent: testbot\nDisallow: /private\nCrawl-delay: 3\n")
-    out = f.dispatch(3.1)
-    assert sorted(i.url for i in out.disallowed) == ["http://r.test/private/x", "http://r.test/private/y"]
+    # Crawl-delay is a server-stated floor: 3 s + 2 % + 20 ms from the end of the previous response (0.1)
+    early = f.dispatch(3.17)  # the disallowed URL at the head is reported; /public waits for the floor
+    assert early.jobs == [] and [p.url for p in early.disallowed] == ["http://r.test/private/x"]
+    out = f.dispatch(3.2)
+    assert [p.url for p in out.disallowed] == ["http://r.test/private/y"]
     assert [j.item.url for j in out.jobs] == ["http://r.test/public"]
-    f.ingest([item("http://r.test/next")], 3.2)
-    done(f, out.jobs[0], 3.2)
-    assert f.dispatch(6.0).jobs == []  # Crawl-delay 3 s from the send at 3.2 (and concurrency 1)
-    assert [j.item.url for j in f.dispatch(6.2).jobs] == ["http://r.test/next"]
+    f.ingest([item("http://r.test/next")], 3.3)
+    done(f, out.jobs[0], 3.3)  # sent and ended at 3.3
+    assert f.dispatch(6.36).jobs == []  # (and concurrency 1)
+    assert [j.item.url for j in f.dispatch(6.4).jobs] == ["http://r.test/next"]
     assert f.stats.disallowed == 2 and f.stats.robots_fetched == 1
 
 
@@ -139,10 +142,10 @@ def test_delay_changes_are_reported_with_their_cause() -> None:
     i = job.item
     f.feedback(Feedback(lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome="retry", status=429,
                         latency=0.01, sent_at=0.0, headers={"retry-after": "30"}), 0.1)  # fmt: skip
-    assert changes and changes[-1][0] == "c.test" and changes[-1][2] == 1.0
-    assert "gate until +30s" in changes[-1][3] and "Retry-After" in changes[-1][3]
+    assert changes and changes[-1][0] == "c.test" and changes[-1][2] == 0.75  # 1.5 x the 0.5 s interval
+    assert "gate until +31s" in changes[-1][3] and "Retry-After" in changes[-1][3]
     [row] = f.scope_rows(0.2)
-    assert row.gate_until == pytest.approx(30.1) and row.backoff == 1.0 and row.queued == 1
+    assert row.gate_until == pytest.approx(0.1 + 30 * 1.02 + 0.02) and row.backoff == 0.75 and row.queued == 1
 
 
 @pytest.mark.parametrize(
