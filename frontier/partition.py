@@ -748,4 +748,5 @@ class PartitionFrontier:
         reason, at = self._explain(qid, now) if qid else ("ready", None)
         return ScopeStatus(scope=scope, queued=queued, inflight=st.inflight, delay=policy.delay(st, s),
                            concurrency=policy.concurrency(st, s), gate_until=st.gate_until, backoff=st.backoff,
-                           reason=reason, wait_until=at, sent=st.sent_total)  # fmt: skip
+                           reason=reason, wait_until=at, sent=st.sent_total,
+                           limit=1 / st.limit if st.limit > 0 else 0.0, cause=st.cause)  # fmt: skip

@@ -118,11 +118,14 @@ def render(statuses: list[Status], top: int = 20, now: float | None = None) -> s
             )
         ),
         "",
-        f"{'scope':<32} {'queued':>7} {'infl':>4} {'conc':>4} {'delay':>7} {'backoff':>7} {'gate':>8}  why not now",
+        f"{'scope':<32} {'queued':>7} {'infl':>4} {'conc':>4} {'delay':>7} {'limit/s':>8} {'gate':>8}  "
+        "why not now; why this delay",
     ]
     for r in ov.scopes:
         gate = _when(r.gate_until, now) if r.gate_until > now else "-"
         why = "ready" if r.reason == "ready" else f"{r.reason} until {_when(r.wait_until, now)}"
+        limit = f"{r.limit:.2f}" if r.limit > 0 else "-"
+        cause = f"; {r.cause}" if r.cause else ""
         lines.append(f"{r.scope[:32]:<32} {r.queued:>7} {r.inflight:>4} {r.concurrency:>4} {r.delay:>7.2f} "
-                     f"{r.backoff:>7.2f} {gate:>8}  {why}")  # fmt: skip
+                     f"{limit:>8} {gate:>8}  {why}{cause}")  # fmt: skip
     return "\n".join(lines)

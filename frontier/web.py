@@ -116,7 +116,7 @@ class StatusFeed:
                 rate = (row.sent - prev[1].sent) / (at - prev[0])
             out.append({"at": at, "delay": row.delay, "rate": rate, "queued": row.queued, "inflight": row.inflight,
                         "concurrency": row.concurrency, "gate_until": row.gate_until, "backoff": row.backoff,
-                        "reason": row.reason})  # fmt: skip
+                        "reason": row.reason, "limit": row.limit, "cause": row.cause})  # fmt: skip
             prev = (at, row)
         return {"scope": scope, "points": out}
 

@@ -8,9 +8,10 @@ import pytest
 from frontier import policy
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.partition import PartitionFrontier, queue_prefix
+from frontier.status import render
 from frontier.store import MemoryKV
 from frontier.urls import parse_input
-from topics.schemas import Feedback, Job
+from topics.schemas import Feedback, Job, Status
 
 FIXED = AutoThrottleSettings(enabled=False)
 POLITE = ScopeSettings(delay=1.0, concurrency=1, autothrottle=FIXED)
@@ -157,3 +158,19 @@ def test_robots_redirects_are_followed_one_throttled_hop_at_a_time() -> None:
     out = f.dispatch(3.3)
     assert [p.url for p in out.disallowed] == ["http://hop.test/private/1"]
     assert [j.item.url for j in out.jobs] == ["http://hop.test/ok"]
+
+
+def test_status_shows_the_learned_limit_and_why_the_delay_is_what_it_is() -> None:
+    f = make()
+    f.ingest([parse_input(f"http://api.test/{n}".encode()) for n in range(30)], 0.0)
+    now = 0.0
+    for n in range(12):  # served every 1 s (the delay), then the server says 429
+        [job] = f.dispatch(now).jobs
+        status = 429 if n == 11 else 200
+        f.feedback(result(job, now, status=status), now + 0.02)
+        now += 1.0
+    row = f.scope_row("api.test", now)
+    assert row.limit == pytest.approx(1.0, rel=0.05)  # learned from the sending interval at the 429
+    assert "limit ≈ 1.00 req/s from 429" in row.cause
+    text = render([Status(instance="i", at=now, partitions=[0], totals={}, scopes=[row])], now=now)
+    assert "1.00" in text and "limit ≈ 1.00 req/s from 429" in text

@@ -143,6 +143,8 @@ class ScopeStatus(msgspec.Struct, kw_only=True):
     reason: str  # why it is not dispatching now ("ready" when it is)
     wait_until: float | None = None
     sent: int = 0  # requests sent to this scope, ever (rates come from two snapshots)
+    limit: float = 0.0  # the limit learned from the server's signals, requests/s (0: none learned)
+    cause: str = ""  # why the delay is what it is (its last change), e.g. "limit ≈ 4.80 req/s from 429"
 
 
 class Status(msgspec.Struct, kw_only=True):
