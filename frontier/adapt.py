@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
 NEAR = 0.03  # settle this much above the learned limit interval
 RECOVER = 0.35  # share of the excess above the target removed by each success
-PROBE_AFTER = 20  # successes at the target before each probe step...
+PROBE_AFTER = 16  # successes at the target before each probe step...
 PROBE_SECONDS = 5.0  # ...and seconds (or PROBE_IDLE seconds and 3 successes)
 PROBE_IDLE = 60.0
 PROBE_STEP = 0.05  # the first probe shortens the target interval by this share, each next one doubles it

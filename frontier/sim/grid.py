@@ -17,6 +17,8 @@ from frontier.sim import sites
 from frontier.sim.engine import T0, Result, simulate
 
 RATES = (0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 50.0)
+# Scenarios measured and printed whose required result is not met yet (docs/BENCHMARKS.md says why).
+KNOWN_SHORT = ("seed 003 staged daily quota (600/600s)",)
 LATENCIES = (0.01, 0.1, 0.5, 2.0)
 SIGNALS = ("none", "retry-after", "http-date", "ratelimit-1", "ratelimit-2", "ratelimit-3", "x-ratelimit")
 
