@@ -46,7 +46,7 @@ class AutoThrottleSettings:
     """Scrapy's AutoThrottle: aim at ``target_concurrency`` requests in flight on average."""
 
     enabled: bool = True
-    start_delay: float = 5.0  # first delay of a scope (never below its configured delay)
+    start_delay: float = 1.0  # first delay of a scope (never below its configured delay)
     max_delay: float = 60.0
     target_concurrency: float = 1.0
 
@@ -78,7 +78,7 @@ class RampupSettings:
 class ScopeSettings:
     """Politeness of one throttling scope (a host by default)."""
 
-    delay: float = 1.0  # seconds between two request sends; AutoThrottle never goes below it
+    delay: float = 0.1  # seconds between two request sends (a floor): AutoThrottle and adaptation never go below it
     concurrency: int = 1  # requests in flight at once
     jitter: tuple[float, float] = (0.0, 0.0)  # each gap is multiplied by 1 + uniform(lo, hi)
     autothrottle: AutoThrottleSettings = field(default_factory=AutoThrottleSettings)

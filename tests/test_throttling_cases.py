@@ -31,7 +31,9 @@ from frontier.sim import sites
 from frontier.sim.engine import T0 as SIM_T0
 from frontier.sim.engine import simulate
 
-AT = ScopeSettings(delay=0.0)  # Scrapy defaults: min 0, start 5, max 60, TC 1
+AT = ScopeSettings(
+    delay=0.0, autothrottle=AutoThrottleSettings(start_delay=5.0)
+)  # Scrapy: min 0, start 5, max 60, TC 1
 
 
 def respond(state: ScopeState, s: ScopeSettings, now: float, status: int = 200, latency: float = 0.1,

@@ -85,7 +85,8 @@ def kinds(base: ScopeSettings) -> Iterator[Row]:
     for floor in (0.5, 2.0):
         site = sites.CrawlDelay(name=f"Crawl-delay {floor:g}", latency=0.05, floor=floor, allowance=1 / floor)
         r = simulate(site, base, duration=180.0)
-        yield Row(r.site, r, "no gap under the Crawl-delay, >= 90 % of it", r.under_floor == 0 and r.share >= 0.9)
+        # timed from the end of the previous response with a margin (§9): latency + 2 % + 20 ms per gap
+        yield Row(r.site, r, "no gap under the Crawl-delay, >= 80 % of it", r.under_floor == 0 and r.share >= 0.8)
         site = sites.CrawlDelay(name=f"Crawl-delay {floor:g}, jitter 0.5", latency=0.05, floor=floor,
                                 allowance=1 / floor)  # fmt: skip
         r = simulate(site, replace(base, jitter=(-0.5, 0.5)), duration=180.0)
