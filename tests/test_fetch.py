@@ -4,12 +4,14 @@ following, body cap, and error kinds."""
 import asyncio
 import time
 from collections.abc import AsyncIterator
+from email.utils import parsedate_to_datetime
 
 import aiohttp
 import pytest
 from aiohttp import web
 
 from deploy.kafka import free_port
+from frontier.config import BACKOFF_CODES
 from workers.fetch import fetch, is_retryable, send_tracer, throttle_headers
 from workers.links import same_site_links
 
@@ -42,6 +44,10 @@ async def _unavailable(_: web.Request) -> web.Response:
     return web.Response(status=503, headers={"Retry-After": "7", "X-Other": "1"})
 
 
+async def _status(request: web.Request) -> web.Response:
+    return web.Response(status=int(request.match_info["code"]))
+
+
 async def _reset(request: web.Request) -> web.Response:
     assert request.transport is not None
     request.transport.close()
@@ -54,6 +60,7 @@ async def server() -> AsyncIterator[str]:
     for path, handler in {"/ok": _ok, "/slow": _slow_headers, "/redirect": _redirect, "/big": _big,
                           "/hang": _hang, "/503": _unavailable, "/reset": _reset}.items():  # fmt: skip
         app.router.add_get(path, handler)
+    app.router.add_get("/status/{code}", _status)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
@@ -95,7 +102,25 @@ async def test_error_kinds(server: str, session: aiohttp.ClientSession) -> None:
     assert refused.error == "connect" and is_retryable(refused)
     unavailable = await fetch(session, f"{server}/503", 5, 1000)
     assert unavailable.status == 503 and is_retryable(unavailable)
-    assert throttle_headers(unavailable.headers) == {"retry-after": "7"}
+    assert throttle_headers(unavailable.headers) == {"retry-after": "7", "date": unavailable.headers["date"]}
+
+
+async def test_the_server_date_is_kept_for_the_frontier(server: str, session: aiohttp.ClientSession) -> None:
+    """An HTTP-date Retry-After is read against the server's clock: its Date goes with the feedback."""
+    r = await fetch(session, f"{server}/503", 5, 1000)
+    date = throttle_headers(r.headers)["date"]
+    assert parsedate_to_datetime(date).timestamp() == pytest.approx(time.time(), abs=5)
+
+
+async def test_only_what_the_frontier_backs_off_on_is_retried(server: str, session: aiohttp.ClientSession) -> None:
+    """Retries agree with frontier.config.BACKOFF_CODES: 500, 501, 505 are answers, not retried."""
+    retried = {}
+    for code in (200, 404, 429, 500, 501, 502, 503, 504, 505, 520, 524):
+        retried[code] = is_retryable(await fetch(session, f"{server}/status/{code}", 5, 1000))
+    assert sorted(code for code, yes in retried.items() if yes) == [429, 502, 503, 504, 520, 524]
+    assert set(BACKOFF_CODES) == {429, 502, 503, 504, 520, 521, 522, 523, 524}
+    five_hundred = await fetch(session, f"{server}/status/500", 5, 1000)
+    assert is_retryable(five_hundred, codes=(500,)), "a scope's configured codes decide"
 
 
 def test_same_site_links() -> None:

@@ -3,7 +3,9 @@ timeout and memory cap, with a clear error kind. Nothing here can hang or exhaus
 
 import asyncio
 import gzip
+import socket
 import ssl
+import struct
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -110,3 +112,16 @@ async def test_tls_errors_are_reported_not_retried(session: aiohttp.ClientSessio
 
     result, _ = await run(session, ok, ssl_ctx=server_ctx)
     assert result.error == "tls" and not is_retryable(result)
+
+
+async def test_a_reset_before_the_response_headers_is_a_network_error(session: aiohttp.ClientSession) -> None:
+    """The server reads the request, then resets the connection (RST: SO_LINGER 0) before any byte
+    of the response: aiohttp raises ClientOSError, which must be the network error "reset" (backoff,
+    retry), not a client error."""
+
+    async def rst(_: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        w.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        w.transport.abort()
+
+    result, took = await run(session, rst)
+    assert (result.error, result.status) == ("reset", 0) and is_retryable(result) and took < 1.0

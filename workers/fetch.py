@@ -8,18 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 
+from frontier.config import BACKOFF_CODES
 from topics.schemas import NETWORK_ERRORS
 from workers.safety import BlockedAddress
 
 # Headers the frontier's throttling reads (Retry-After, RateLimit drafts); kept in feedback.
+# ``date`` is the server's clock: an HTTP-date Retry-After is read against it.
 THROTTLE_HEADERS = ("retry-after", "ratelimit", "ratelimit-policy", "ratelimit-limit", "ratelimit-remaining",
-                    "ratelimit-reset", "x-ratelimit-remaining", "x-ratelimit-reset")  # fmt: skip
+                    "ratelimit-reset", "x-ratelimit-remaining", "x-ratelimit-reset", "date")  # fmt: skip
 
 
 @dataclass
@@ -37,9 +39,11 @@ class FetchResult:
         return self.headers.get("content-type", "")
 
 
-def is_retryable(result: FetchResult) -> bool:
-    """Network errors, 429 and 5xx are worth another attempt (bounded by the job's retries_left)."""
-    return result.error in NETWORK_ERRORS or result.status == 429 or 500 <= result.status <= 599
+def is_retryable(result: FetchResult, codes: Collection[int] = BACKOFF_CODES) -> bool:
+    """Worth another attempt (bounded by the job's retries_left): exactly what the frontier backs
+    off on, network errors and the backoff ``codes`` (429, 502-504, 520-524 by default). Other
+    statuses (500, 501, 505, ...) are answers: a retry without backoff would only repeat them."""
+    return result.error in NETWORK_ERRORS or result.status in codes
 
 
 def throttle_headers(headers: dict[str, str]) -> dict[str, str]:
@@ -54,12 +58,17 @@ def send_tracer() -> aiohttp.TraceConfig:
     """
     tracer = aiohttp.TraceConfig()
 
-    async def headers_sent(_session: Any, ctx: Any, _params: Any) -> None:
-        hook = (ctx.trace_request_ctx or {}).get("sent")
-        if hook is not None:
-            hook()
+    def calling(name: str) -> Callable[[Any, Any, Any], Awaitable[None]]:
+        async def call(_session: Any, ctx: Any, _params: Any) -> None:
+            hook = (ctx.trace_request_ctx or {}).get(name)
+            if hook is not None:
+                hook()
 
-    tracer.on_request_headers_sent.append(headers_sent)
+        return call
+
+    tracer.on_request_headers_sent.append(calling("sent"))
+    tracer.on_connection_create_end.append(calling("connected"))
+    tracer.on_connection_reuseconn.append(calling("connected"))
     return tracer
 
 
@@ -81,20 +90,26 @@ async def fetch(
     t0 = loop.time()
 
     first = True
+    connected = False  # a connection to the server was made (known with send_tracer)
 
     def sent() -> None:
-        nonlocal t0, first
+        nonlocal t0, first, connected
+        connected = True
         if first:  # the first request, not a redirect hop
             first = False
             result.sent_at, t0 = time.time(), loop.time()
             if on_sent is not None:
                 on_sent(result.sent_at)
 
+    def connection_made() -> None:
+        nonlocal connected
+        connected = True
+
     try:
         async with asyncio.timeout(timeout):
             follow = max_redirects > 0
             async with session.get(url, allow_redirects=follow, max_redirects=max(1, max_redirects),
-                                   trace_request_ctx={"sent": sent}) as resp:  # fmt: skip
+                                   trace_request_ctx={"sent": sent, "connected": connection_made}) as resp:  # fmt: skip
                 result.latency = loop.time() - t0  # headers received
                 result.status = resp.status
                 hdrs: dict[str, str] = {}
@@ -115,9 +130,9 @@ async def fetch(
         result.error = "timeout"
     except (aiohttp.ClientSSLError, aiohttp.ClientConnectorCertificateError):
         result.error = "tls"  # before ClientConnectorError: they subclass it
-    except aiohttp.ClientConnectorError:
+    except (aiohttp.ClientConnectorError, ConnectionRefusedError):
         result.error = "connect"
-    except (aiohttp.ServerDisconnectedError, ConnectionResetError):
+    except (aiohttp.ServerDisconnectedError, ConnectionResetError, ConnectionAbortedError, BrokenPipeError):
         result.error = "reset"
     except aiohttp.ClientPayloadError:
         result.error = "truncated"
@@ -127,6 +142,12 @@ async def fetch(
         result.error = "redirects"
     except aiohttp.ClientResponseError:
         result.error = "bad_response"  # malformed status line or headers, oversized headers
+    except aiohttp.ClientOSError:
+        # An OS error on an established connection (connect failures are ClientConnectorError),
+        # e.g. a reset while the status line is read: the network failed.
+        result.error = "reset"
+    except OSError:
+        result.error = "reset" if connected else "connect"
     except (aiohttp.ClientError, ValueError, UnicodeError) as exc:
         result.error = f"client:{type(exc).__name__}"
     if result.error and not result.latency:

@@ -1,11 +1,18 @@
 """A fetch worker process: a confluent-kafka consumer-group member on ``crawl.jobs``.
 
-For each job: hand it back unfetched if it is already past ``expires_at``; otherwise wait for
-``not_before`` and for the host's ``min_gap`` since this worker's last send to that host (jobs
-are keyed by host, so one worker sees all jobs of a host at a time: a backlog can never turn
-into a burst), fetch, then publish one :class:`Page` and one :class:`Feedback` (and, when asked,
-same-site links and redirect targets as new submissions). The job's offset is committed only
-after everything it produced is acknowledged. Any number of workers may run at once.
+For each job: wait for a worker slot, ``not_before`` and the host's ``min_gap`` since this
+worker's last send to that host (jobs are keyed by host, so one worker sees all jobs of a host
+at a time: a backlog can never turn into a burst), fetch, publish one :class:`Page` (and, when
+asked, same-site links and redirect targets as new submissions), and once those are
+acknowledged, one :class:`Feedback`. A job whose send time would fall after its ``expires_at``
+(checked when it arrives and again right before the send) is handed back unfetched.
+
+The feedback closes the lease, so it never claims more than what is on Kafka: a page that
+cannot be published becomes a small error page and an "error" result; when not even that can
+be published, no feedback is sent and the lease expires (the job comes back). Any exception
+between the fetch and the feedback ends in an "error" result, never in silence. The job's
+offset is committed only after everything it produced is acknowledged. Any number of workers
+may run at once.
 """
 
 from __future__ import annotations
@@ -17,32 +24,22 @@ import socket
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import urljoin
 
 import aiohttp
-from confluent_kafka import Consumer, Message, TopicPartition
+import msgspec
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 from prometheus_client import start_http_server
 
 from frontier.config import Config
 from frontier.kafka_io import AsyncProducer, consumer_conf, coordinates, producer_conf
 from frontier.metrics import WorkerMetrics, lag
-from frontier.robots import MAX_ROBOTS_BYTES
+from frontier.robots import MAX_ROBOTS_BYTES, agent_token
 from topics.partitioning import partition_for
-from topics.schemas import (
-    Feedback,
-    FeedbackBatch,
-    Job,
-    Page,
-    Rejected,
-    SchemaError,
-    Submission,
-    decode,
-    encode,
-)
+from topics.schemas import Feedback, FeedbackBatch, Job, Page, Rejected, SchemaError, UrlItem, decode, encode
 from workers.fetch import FetchResult, fetch, is_retryable, send_tracer, throttle_headers
-from workers.links import same_site_links
+from workers.followups import follow_ups, page_headers
 from workers.safety import AddressPolicy, SafeConnector
 
 log = logging.getLogger("worker")
@@ -107,8 +104,14 @@ class FetchWorker:
         self.topics = cfg.topics
         self.concurrency = concurrency or cfg.worker.concurrency
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.agent = agent_token(cfg.worker.user_agent)
         self.client = cfg.kafka.client_conf()
         self.tracker = OffsetTracker()
+        self.producer: AsyncProducer  # set by run()
+        # how long a revoke waits for the jobs of the partitions it takes away; then they are cancelled
+        self.revoke_grace = cfg.frontier.fetch_timeout + 30
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._running: dict[tuple[str, int], set[asyncio.Task[None]]] = defaultdict(set)  # by (topic, partition)
         self._gates: dict[str, _HostGate] = defaultdict(_HostGate)
         self._feedback: dict[int, list[tuple[Feedback, asyncio.Future[None]]]] = defaultdict(list)
         self._feedback_task: asyncio.Task[None] | None = None
@@ -122,7 +125,7 @@ class FetchWorker:
         self._stop.set()
 
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self.producer = AsyncProducer(producer_conf(self.client), loop)
         consumer = Consumer(
             consumer_conf(
@@ -143,22 +146,7 @@ class FetchWorker:
         policy = AddressPolicy(self.cfg.worker.allow_networks, self.cfg.worker.block_private)
         connector = SafeConnector(policy, limit=self.concurrency * 2, limit_per_host=0, ttl_dns_cache=300)
         headers = {"User-Agent": self.cfg.worker.user_agent}
-
-        def on_revoke(c: Consumer, parts: list[TopicPartition]) -> None:
-            # Finish what we started on these partitions, commit it, then let them go.
-            tps = {(tp.topic, tp.partition) for tp in parts}
-            deadline = time.monotonic() + self.cfg.frontier.fetch_timeout + 30
-            while self.tracker.open_count(tps) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            points = self.tracker.commit_points(tps)
-            if points:
-                try:
-                    c.commit(offsets=points, asynchronous=False)
-                except Exception as exc:  # noqa: BLE001 - the new owner re-fetches: at least once
-                    log.warning("commit on revoke failed: %s", exc)
-            self.tracker.forget(tps)
-
-        consumer.subscribe([self.topics.jobs], on_revoke=on_revoke, on_lost=on_revoke)
+        consumer.subscribe([self.topics.jobs], on_revoke=self._on_revoke, on_lost=self._on_revoke)
         last_commit = last_lag = time.monotonic()
         try:
             async with aiohttp.ClientSession(connector=connector, headers=headers,
@@ -178,8 +166,7 @@ class FetchWorker:
                         if msg.error() is not None:
                             log.warning("consume error: %s", msg.error())
                             continue
-                        self.tracker.started(*coordinates(msg))
-                        task = asyncio.ensure_future(self._handle(session, sem, msg))
+                        task = self._start(session, sem, msg)
                         tasks.add(task)
                         task.add_done_callback(tasks.discard)
                     if time.monotonic() - last_commit > 1.0:
@@ -197,6 +184,62 @@ class FetchWorker:
             self._commit(consumer)
             await asyncio.to_thread(self.producer.close)
             await asyncio.to_thread(consumer.close)
+
+    def _start(self, session: aiohttp.ClientSession, sem: asyncio.Semaphore, msg: Message) -> asyncio.Task[None]:
+        """Handle one consumed job in a task, tracked by its partition (a revoke may cancel it)."""
+        topic, partition, offset = coordinates(msg)
+        self.tracker.started(topic, partition, offset)
+        task = asyncio.ensure_future(self._handle(session, sem, msg))
+        running = self._running[(topic, partition)]
+        running.add(task)
+        task.add_done_callback(running.discard)
+        return task
+
+    def _on_revoke(self, c: Consumer, parts: list[TopicPartition]) -> None:
+        """On the consumer's thread: finish what we started on these partitions (up to
+        ``revoke_grace``), commit it, then let them go. Jobs still running then are cancelled:
+        once the partition is given up, they must not send requests any more."""
+        tps = {(tp.topic, tp.partition) for tp in parts}
+        deadline = time.monotonic() + self.revoke_grace
+        while self.tracker.open_count(tps) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        points = self.tracker.commit_points(tps)  # before cancelling: the new owner gets those jobs again
+        if self.tracker.open_count(tps):
+            self._cancel(tps)
+        if points:
+            try:
+                c.commit(offsets=points, asynchronous=False)
+            except Exception as exc:  # noqa: BLE001 - the new owner re-fetches: at least once
+                log.warning("commit on revoke failed: %s", exc)
+        self.tracker.forget(tps)
+
+    def _cancel(self, tps: set[tuple[str, int]]) -> None:
+        """Cancel the running jobs of ``tps`` on the event loop; return once that is done."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        cancelled: list[int] = []
+        requested = threading.Event()
+
+        def cancel() -> None:
+            for tp in tps:
+                for task in self._running.pop(tp, set()):
+                    cancelled.append(int(task.cancel()))
+            requested.set()
+
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            cancel()
+        else:
+            loop.call_soon_threadsafe(cancel)
+            if not requested.wait(10):
+                log.error("the event loop did not cancel the jobs of revoked partitions %s", sorted(tps))
+                return
+        log.warning("cancelled %d jobs of revoked partitions %s, still running after %.0f s", sum(cancelled),
+                    sorted(tps), self.revoke_grace)  # fmt: skip
 
     def _commit(self, consumer: Consumer) -> None:
         points = self.tracker.commit_points()
@@ -225,85 +268,166 @@ class FetchWorker:
             self.tracker.finished(*coordinates(msg))
 
     async def _process(self, session: aiohttp.ClientSession, sem: asyncio.Semaphore, job: Job) -> None:
-        item = job.item
         if time.time() > job.expires_at:
-            self.returned += 1
-            self.metrics.observe(job.kind, "expired", 0, 0.0)
-            await self._send_feedback(Feedback(lease=job.lease, host=item.host, domain=item.domain, url=item.url,
-                                               outcome="expired"))  # fmt: skip
+            await self._hand_back(job)
             return
+        result = await self._fetch_in_slot(session, sem, job)
+        if result is None:  # its send time came after expires_at: the frontier has freed its slot
+            await self._hand_back(job)
+            return
+        self.fetched += 1
+        self.metrics.observe(job.kind, "error" if result.error else "fetched", result.status, result.latency)
+        await self._conclude(job, result)
+
+    async def _hand_back(self, job: Job) -> None:
+        item = job.item
+        self.returned += 1
+        self.metrics.observe(job.kind, "expired", 0, 0.0)
+        await self._send_feedback(Feedback(lease=job.lease, host=item.host, domain=item.domain, url=item.url,
+                                           outcome="expired"))  # fmt: skip
+
+    async def _fetch_in_slot(
+        self, session: aiohttp.ClientSession, sem: asyncio.Semaphore, job: Job
+    ) -> FetchResult | None:
+        """Wait for a worker slot and the host's slot, then fetch; None (nothing sent) when the
+        send would come after ``job.expires_at``."""
+        item = job.item
         m = self.metrics
         m.held.inc()
-        async with sem:
-            gate = self._gates[item.host]
-            async with gate.lock:
-                # The host's previous request must really have gone out (its headers sent, or it
-                # failed) before the next one is timed from it: a stalled event loop or a slow
-                # connect would otherwise shrink the gap the server sees.
-                await gate.idle.wait()
-                # asyncio may wake a timer up to a clock tick early: re-check until the slot has come
-                while (wait := max(job.not_before, gate.last_sent + job.min_gap) - time.time()) > 0:
-                    await asyncio.sleep(wait)
-                gate.last_sent = time.time()
-                gate.idle.clear()
+        held = True
+        try:
+            async with sem:
+                gate = self._gates[item.host]
+                async with gate.lock:
+                    # The host's previous request must really have gone out (its headers sent, or it
+                    # failed) before the next one is timed from it: a stalled event loop or a slow
+                    # connect would otherwise shrink the gap the server sees.
+                    await gate.idle.wait()
+                    # asyncio may wake a timer up to a clock tick early: re-check until the slot has come
+                    while (slot := max(job.not_before, gate.last_sent + job.min_gap)) > (now := time.time()):
+                        if slot > job.expires_at:
+                            return None
+                        await asyncio.sleep(slot - now)
+                    if time.time() > job.expires_at:  # the waits for a worker slot and the host took too long
+                        return None
+                    gate.last_sent = time.time()
+                    gate.idle.clear()
 
-            def sent(at: float) -> None:
-                gate.last_sent = max(gate.last_sent, at)
-                gate.idle.set()
+                def sent(at: float) -> None:
+                    gate.last_sent = max(gate.last_sent, at)
+                    gate.idle.set()
 
-            m.held.dec()
-            m.inflight.inc()
-            try:
-                if job.kind == "robots":
-                    result = await fetch(session, item.url, job.timeout, MAX_ROBOTS_BYTES, max_redirects=5,
-                                         on_sent=sent)  # fmt: skip
-                else:
-                    result = await fetch(session, item.url, job.timeout, self.cfg.worker.max_body_bytes, on_sent=sent)
-            finally:
-                gate.idle.set()
-                m.inflight.dec()
-        self.fetched += 1
-        m.observe(job.kind, "error" if result.error else "fetched", result.status, result.latency)
-        if job.kind == "robots":
-            await self._send_feedback(self._feedback_of(job, result, "error" if result.error else "fetched",
-                                                        body=result.body))  # fmt: skip
+                m.held.dec()
+                held = False
+                m.inflight.inc()
+                try:
+                    return await self._fetch(session, job, sent)
+                finally:
+                    gate.idle.set()
+                    m.inflight.dec()
+        finally:
+            if held:
+                m.held.dec()
+
+    async def _fetch(self, session: aiohttp.ClientSession, job: Job, sent: Callable[[float], None]) -> FetchResult:
+        sent_at = 0.0
+
+        def on_sent(at: float) -> None:
+            nonlocal sent_at
+            sent_at = at
+            sent(at)
+
+        url = job.item.url
+        try:
+            if job.kind == "robots":
+                return await fetch(session, url, job.timeout, MAX_ROBOTS_BYTES, max_redirects=5, on_sent=on_sent)
+            return await fetch(session, url, job.timeout, self.cfg.worker.max_body_bytes, on_sent=on_sent)
+        except Exception as exc:  # reported as an error, never silence (a poison URL)
+            log.exception("fetch of %s failed unexpectedly", url)
+            return FetchResult(sent_at=sent_at or time.time(), error=f"worker:{type(exc).__name__}")
+
+    async def _conclude(self, job: Job, result: FetchResult) -> None:
+        """Publish what the fetch produced, then the feedback that closes the lease."""
+        page_out = False
+        try:
+            if job.kind == "robots":
+                await self._report(self._feedback_of(job, result, "error" if result.error else "fetched",
+                                                     body=result.body))  # fmt: skip
+                return
+            if is_retryable(result, self._backoff_codes(job.item)) and job.retries_left > 0:
+                await self._report(self._feedback_of(job, result, "retry"))
+                return
+            item = job.item
+            subs = follow_ups(item, result, self.cfg.worker.max_redirects, self.agent)
+            page, *followed = await asyncio.gather(
+                self._deliver(self.topics.pages, self._page(job, result), key=item.url.encode()),
+                *(self._deliver(self.topics.urls, s) for s in subs),
+            )
+            if page:
+                await self._fail(job, result, f"page_not_published: {page}")
+                return
+            page_out = True
+            if problems := [p for p in followed if p]:
+                log.error("%s: %d of %d follow-ups not published (%s); no feedback: the lease expires and the "
+                          "job comes back", item.url, len(problems), len(subs), problems[0])  # fmt: skip
+                return
+            await self._report(self._feedback_of(job, result, "error" if result.error else "fetched"))
+        except Exception as exc:  # any failure here ends in an "error" result, never in silence
+            log.exception("job %s (%s) failed after its fetch", job.lease, job.item.url)
+            reason = f"worker_error: {type(exc).__name__}"
+            if page_out or job.kind == "robots":
+                await self._report(self._feedback_of(job, result, "error", error=reason))
+            else:
+                await self._fail(job, result, reason)
+
+    async def _fail(self, job: Job, r: FetchResult, reason: str) -> None:
+        """The job's page could not be published: publish a small error page instead and report an
+        error; when not even that goes out, report nothing (the lease expires, the job comes back)."""
+        item = job.item
+        error_page = Page(url=item.url, status=r.status, outcome="error", error=reason, content_type=r.content_type,
+                          fetched_at=r.sent_at, latency=r.latency, meta=item.meta, worker=self.name)  # fmt: skip
+        problem = await self._deliver(self.topics.pages, error_page, key=item.url.encode())
+        if problem:
+            log.error("%s: no page published (%s), not even an error page (%s); no feedback: the lease expires "
+                      "and the job comes back", item.url, reason, problem)  # fmt: skip
             return
-        retry = is_retryable(result) and job.retries_left > 0
-        waits: list[asyncio.Future[Any]] = []
-        if not retry:
-            waits.append(self.producer.send(self.topics.pages, encode(self._page(job, result)), key=item.url.encode()))
-            waits.extend(self._follow_ups(job, result))
-        outcome = "retry" if retry else ("error" if result.error else "fetched")
-        waits.append(asyncio.ensure_future(self._send_feedback(self._feedback_of(job, result, outcome))))
-        await asyncio.gather(*waits)
+        await self._report(self._feedback_of(job, r, "error", error=reason))
+
+    async def _deliver(self, topic: str, record: msgspec.Struct, key: bytes | None = None) -> str:
+        """Publish ``record``; "" once acknowledged, else why not."""
+        try:
+            await self.producer.send(topic, encode(record), key=key)
+        except Exception as exc:  # noqa: BLE001 - refused (size, authorization, timeout): the caller decides
+            log.warning("record for %s not published: %s", topic, _reason(exc))
+            return _reason(exc)
+        return ""
+
+    async def _report(self, fb: Feedback) -> None:
+        """Send ``fb``; if it cannot be delivered, the lease expires and the job comes back."""
+        try:
+            await self._send_feedback(fb)
+        except Exception as exc:  # noqa: BLE001
+            log.error("feedback for %s not delivered (%s); its lease will expire", fb.url, _reason(exc))
+
+    def _backoff_codes(self, item: UrlItem) -> frozenset[int]:
+        """The statuses the frontier backs off on for this URL's scopes: only those are retried."""
+        names = [item.host, item.domain, *item.scopes]
+        return frozenset(code for name in names for code in self.cfg.throttle.for_scope(name).backoff.codes)
 
     @staticmethod
-    def _feedback_of(job: Job, r: FetchResult, outcome: str, body: bytes = b"") -> Feedback:
+    def _feedback_of(job: Job, r: FetchResult, outcome: str, body: bytes = b"", error: str = "") -> Feedback:
         item = job.item
         return Feedback(lease=job.lease, host=item.host, domain=item.domain, url=item.url, outcome=outcome,
-                        status=r.status, latency=r.latency, sent_at=r.sent_at, error=r.error,
+                        status=r.status, latency=r.latency, sent_at=r.sent_at, error=error or r.error,
                         headers=throttle_headers(r.headers), body=body)  # fmt: skip
 
     def _page(self, job: Job, r: FetchResult) -> Page:
         return Page(
             url=job.item.url, status=r.status, outcome="error" if r.error else "fetched", error=r.error,
-            headers=r.headers, body=r.body, truncated=r.truncated, content_type=r.content_type,
-            fetched_at=r.sent_at, latency=r.latency, meta=job.item.meta, worker=self.name,
+            headers=page_headers(job.item.url, r.headers), body=r.body, truncated=r.truncated,
+            content_type=r.content_type, fetched_at=r.sent_at, latency=r.latency, meta=job.item.meta,
+            worker=self.name,
         )  # fmt: skip
-
-    def _follow_ups(self, job: Job, r: FetchResult) -> list[asyncio.Future[Message]]:
-        item = job.item
-        subs: list[Submission] = []
-        location = r.headers.get("location")
-        if 300 <= r.status < 400 and location and item.redirects < self.cfg.worker.max_redirects:
-            subs.append(Submission(url=urljoin(item.url, location), priority=item.priority, meta=item.meta,
-                                   follow=item.follow, scopes=item.scopes, redirects=item.redirects + 1))  # fmt: skip
-        if item.follow > 0 and r.status == 200 and "html" in r.content_type:
-            text = r.body.decode("utf-8", errors="replace")
-            for link in same_site_links(item.url, text):
-                subs.append(Submission(url=link, priority=item.priority, meta=item.meta, follow=item.follow - 1,
-                                       scopes=item.scopes))  # fmt: skip
-        return [self.producer.send(self.topics.urls, encode(s)) for s in subs]
 
     async def _send_feedback(self, fb: Feedback) -> None:
         """Queue ``fb`` into its partition's batch; return once the batch is acknowledged."""
@@ -332,6 +456,13 @@ class FetchWorker:
                         f.set_result(None)
 
             delivery.add_done_callback(settle)
+
+
+def _reason(exc: BaseException) -> str:
+    """A short reason for a failed publish: the Kafka error's name and text, else the exception."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    text = f"{err.name()}: {err.str()}" if isinstance(err, KafkaError) else f"{type(exc).__name__}: {exc}"
+    return text[:300]
 
 
 def _take(consumer: Consumer, most: int) -> list[Message]:
