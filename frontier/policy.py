@@ -308,10 +308,12 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
             state = rep(state, gate_until=until, gate_cause=f"{why}: {seconds:.0f}s")
     rl = ratelimit(ev.headers)
     if rl is not None and rl.remaining > 0 and rl.reset > 0:
-        # A published budget: never more than `remaining` requests before the reset, spread
-        # evenly over it (those in flight already count against it).
+        # A published budget: never more than `remaining` requests before the reset (a hard stop,
+        # with the margin), spread evenly over it (those in flight already count against it). The
+        # pacing itself takes no margin: paced at reset/remaining, the last request lands at the
+        # reset, in the next window, and the stop is never reached when the budget is kept.
         left = max(0, rl.remaining - state.inflight)
-        spread = with_margin(rl.reset) / left if left else 0.0
+        spread = rl.reset / left if left else 0.0
         state = rep(state, srv_remaining=left, srv_until=now + with_margin(rl.reset), srv_spread=spread)
         if s.quota > 0:
             state = rep(state, quota_used=max(0.0, s.quota - rl.remaining))

@@ -130,7 +130,8 @@ class TokenBucket(Site):
             # the date is whole seconds: the window ends at that second, not before
             end = math.ceil(t + seconds)
             self.windows[-1] = (t + self.latency, float(end))
-            return {"retry-after": formatdate(end, usegmt=True), "date": formatdate(t, usegmt=True)}
+            # Date is when the answer is generated (after the latency), in whole seconds
+            return {"retry-after": formatdate(end, usegmt=True), "date": formatdate(t + self.latency, usegmt=True)}
         return self._encode(0, seconds, t)
 
     def _encode(self, remaining: int, reset: int, t: float) -> dict[str, str]:

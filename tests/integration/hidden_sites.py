@@ -75,13 +75,33 @@ class HiddenLimitFleet(SiteFleet):
             lim.active_log.append((time.time(), site.active - 1))
 
     # -- behaviours -------------------------------------------------------------------------------
-    def _bucket(self, lim: Limits, now: float) -> float | None:
-        """Token bucket: None when the request may pass, else seconds until a token is back."""
-        return take_token(lim, now)
+    async def _bucket(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
+        """A token bucket that answers a bare 429 above its rate: nothing says how long to wait."""
+        await asyncio.sleep(site.latency)
+        if take_token(lim, now) is None:
+            return web.Response(text=_page(0), content_type="text/html")
+        return web.Response(status=429)
+
+    async def _xratelimit(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
+        """Fixed windows of ``quota`` requests, published on every answer as X-RateLimit-* (a de-facto
+        API convention: remaining requests, seconds until the window resets)."""
+        await asyncio.sleep(site.latency)
+        if not lim.window_start or now >= lim.window_start + lim.window:
+            lim.window_start, lim.window_count = now, 0
+        reset = lim.window_start + lim.window
+        lim.window_count += 1
+        remaining = max(0, lim.quota - lim.window_count)
+        headers = {"X-RateLimit-Limit": str(lim.quota), "X-RateLimit-Remaining": str(remaining),
+                   "X-RateLimit-Reset": str(max(1, math.ceil(reset - now)))}  # fmt: skip
+        if remaining == 0:
+            lim.blocked_until = max(lim.blocked_until, reset)
+        if lim.window_count > lim.quota:
+            return web.Response(status=429, headers=headers)
+        return web.Response(text=_page(0), content_type="text/html", headers=headers)
 
     async def _retry_after_seconds(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
         await asyncio.sleep(site.latency)
-        wait = self._bucket(lim, now)
+        wait = take_token(lim, now)
         if wait is None:
             return web.Response(text=_page(0), content_type="text/html")
         seconds = max(1, math.ceil(wait))
@@ -90,7 +110,7 @@ class HiddenLimitFleet(SiteFleet):
 
     async def _retry_after_date(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
         await asyncio.sleep(site.latency)
-        wait = self._bucket(lim, now)
+        wait = take_token(lim, now)
         if wait is None:
             return web.Response(text=_page(0), content_type="text/html")
         until = math.ceil(now + max(wait, 1.0))
