@@ -4,6 +4,11 @@ crawled by this project (1 frontier + 4 workers) and by Scrapy (AutoThrottle, RO
 CONCURRENT_REQUESTS 64) in one run. Each crawler gets a fresh fleet of its own; figures are the
 sites' own: pages/s, total time, 429 ratio, politeness violations.
 
+Then sites of every kind (tests/bench/kinds.py: bare 429, Retry-After seconds and HTTP-date,
+published RateLimit and X-RateLimit budgets, Crawl-delay, a 503 outage, load-dependent latency,
+a staged daily quota), crawled by this project with its defaults and by Scrapy: per kind, the
+share of the allowance, the 429 share and the violations the sites saw.
+
     python -m tests.bench.versus_scrapy [--smoke | --full] [--bootstrap HOST:PORT]
 """
 
@@ -15,6 +20,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +29,14 @@ from confluent_kafka import Producer
 from frontier.stack import Stack, TopicReader, read_pages, wait_until
 from tests.bench.common import broker, parser, report, size
 from tests.bench.fleet import FleetProcess, FleetReport, FleetSpec
+from tests.bench.kinds import KindsProcess, KindsSpec
 
-# This project runs twice: with its defaults (nothing configured: 1 s floor per host, AutoThrottle
-# from a 5 s start), and as a user might tune it for a fast broad crawl of sites whose limits they
-# do not know (0.1 s floor, AutoThrottle from 1 s, backoff and Retry-After gates on 429).
+# This project runs twice: with its defaults (nothing configured: a 0.1 s floor per host, one
+# request in flight, AutoThrottle from 1 s, adaptation to the servers' signals), and with the
+# "fast" profile's settings (no floor, up to 8 in flight, AutoThrottle aiming at 4).
 CONFIGS: dict[str, dict[str, Any]] = {
     "defaults": {},
-    "fast": {"delay": 0.1, "autothrottle": {"start_delay": 1.0}, "backoff": {"window": 4.0, "min_delay": 0.25}},
+    "fast": {"delay": 0.0, "concurrency": 8, "autothrottle": {"start_delay": 0.5, "target_concurrency": 4.0}},
 }
 WORKERS, WORKER_CONCURRENCY = 4, 64
 
@@ -52,9 +59,9 @@ def figures(fleet: FleetReport, pages: int, crawler_seconds: float) -> dict[str,
     }
 
 
-def crawl_with_frontier(bootstrap: str, spec: FleetSpec, workdir: Path, throttle: dict[str, Any], timeout: float,
-                        workers: int = WORKERS, frontiers: int = 1) -> dict[str, Any]:  # fmt: skip
-    fleet = FleetProcess(spec)
+def frontier_crawl(bootstrap: str, urls: list[str], workdir: Path, throttle: dict[str, Any], timeout: float,
+                   workers: int = WORKERS, frontiers: int = 1) -> tuple[dict[str, str], float]:  # fmt: skip
+    """Crawl ``urls`` with this project; the outcome of every URL and the seconds it took."""
     stack = Stack(bootstrap, workdir, prefix=f"v{uuid.uuid4().hex[:6]}.", partitions=8, throttle=throttle)
     reader: TopicReader | None = None
     try:
@@ -66,7 +73,7 @@ def crawl_with_frontier(bootstrap: str, spec: FleetSpec, workdir: Path, throttle
         reader = TopicReader(stack.client, stack.topics.pages)
         started = time.time()
         producer = Producer(stack.client)
-        for url in fleet.urls:
+        for url in urls:
             producer.produce(stack.topics.urls, json.dumps({"url": url}).encode())
         producer.flush(60)
         seen: dict[str, str] = {}
@@ -74,32 +81,65 @@ def crawl_with_frontier(bootstrap: str, spec: FleetSpec, workdir: Path, throttle
         def all_reported() -> bool:
             stack.check_alive()
             seen.update((p.url, p.outcome) for p in read_pages(reader))  # type: ignore[arg-type]
-            return len(seen) >= len(fleet.urls)
+            return len(seen) >= len(urls)
 
         wait_until(all_reported, timeout, what="every URL on crawl.pages")
-        finished = time.time()
-        fetched = sum(1 for o in seen.values() if o == "fetched")
-        return {"disallowed_reported": sum(1 for o in seen.values() if o == "disallowed"),
-                **figures(fleet.report(), fetched, finished - started)}  # fmt: skip
+        return seen, time.time() - started
     finally:
         if reader is not None:
             reader.close()
         stack.stop_all()
+
+
+def crawl_with_frontier(bootstrap: str, spec: FleetSpec, workdir: Path, throttle: dict[str, Any], timeout: float,
+                        workers: int = WORKERS, frontiers: int = 1) -> dict[str, Any]:  # fmt: skip
+    fleet = FleetProcess(spec)
+    try:
+        seen, seconds = frontier_crawl(bootstrap, fleet.urls, workdir, throttle, timeout, workers, frontiers)
+        fetched = sum(1 for o in seen.values() if o == "fetched")
+        return {"disallowed_reported": sum(1 for o in seen.values() if o == "disallowed"),
+                **figures(fleet.report(), fetched, seconds)}  # fmt: skip
+    finally:
         fleet.close()
+
+
+def scrapy_crawl(urls: list[str], workdir: Path, timeout: float) -> dict[str, Any]:
+    """Crawl ``urls`` with Scrapy in its own process; what it reported."""
+    listing, result = workdir / "urls.txt", workdir / "scrapy.json"
+    listing.write_text("\n".join(urls))
+    subprocess.run([sys.executable, "-m", "tests.bench.scrapy_crawl", str(listing), str(result)], check=True,
+                   timeout=timeout)  # fmt: skip
+    got: dict[str, Any] = json.loads(result.read_text())
+    return got
 
 
 def crawl_with_scrapy(spec: FleetSpec, workdir: Path, timeout: float) -> dict[str, Any]:
     fleet = FleetProcess(spec)
     try:
-        urls, result = workdir / "urls.txt", workdir / "scrapy.json"
-        urls.write_text("\n".join(fleet.urls))
-        subprocess.run([sys.executable, "-m", "tests.bench.scrapy_crawl", str(urls), str(result)], check=True,
-                       timeout=timeout)  # fmt: skip
-        got = json.loads(result.read_text())
+        got = scrapy_crawl(fleet.urls, workdir, timeout)
         return {"scrapy": got["scrapy"], "outcomes": {k: v for k, v in got.items() if k.startswith(("status", "fail"))},
                 **figures(fleet.report(), got.get("status_200", 0), got["finished"] - got["started"])}  # fmt: skip
     finally:
         fleet.close()
+
+
+def kinds_side_by_side(bootstrap: str, spec: KindsSpec, workdir: Path, timeout: float) -> None:
+    """Sites of every kind: per kind, this project with its defaults, then Scrapy, each on a fresh fleet."""
+    for crawler, octet in (("kafka-crawl-frontier (defaults)", spec.second_octet), ("scrapy", spec.second_octet + 1)):
+        fleet = KindsProcess(replace(spec, second_octet=octet))
+        try:
+            here = workdir / f"kinds-{octet}"
+            here.mkdir()
+            if crawler == "scrapy":
+                seconds = scrapy_crawl(fleet.urls, here, timeout)
+                took = seconds["finished"] - seconds["started"]
+            else:
+                _, took = frontier_crawl(bootstrap, fleet.urls, here, {}, timeout)
+            for kind, figures_ in fleet.report().items():
+                report("versus_scrapy_kinds", crawler=crawler, kind=kind, sites=spec.sites_per_kind,
+                       pages_per_site=spec.pages, crawl_s=round(took, 1), **figures_)  # fmt: skip
+        finally:
+            fleet.close()
 
 
 def main() -> None:
@@ -121,6 +161,9 @@ def main() -> None:
         report("versus_scrapy", crawler="scrapy", sites=spec.sites, pages_per_site=spec.pages, **theirs)
         report("versus_scrapy", crawler="ratio", **{f"pages_per_s_{name}_over_scrapy": round(
             rate / max(theirs["pages_per_s"], 1e-9), 2) for name, rate in rates.items()})  # fmt: skip
+        kinds = KindsSpec(sites_per_kind=size(args, smoke=1, default=4, full=10),
+                          pages=size(args, smoke=20, default=100, full=150), second_octet=len(CONFIGS) + 2)  # fmt: skip
+        kinds_side_by_side(bootstrap, kinds, Path(tmp), timeout)
 
 
 if __name__ == "__main__":
