@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-HUGE = 10**9  # seconds or requests: any number above this (or longer than MAX_DIGITS) is this
+HUGE = 10**10  # seconds or requests (or an epoch time): any number above this, or longer than MAX_DIGITS, is this
 MAX_DIGITS = 10  # significant digits parsed exactly; int() of 4,300+ digits raises, float() of 309+
 MAX_ITEMS = 64  # list members of one RateLimit / RateLimit-Policy field considered
 MAX_PARAMS = 16  # parameters of one member considered
@@ -120,9 +120,12 @@ def retry_after(value: str | None, now: float, date: str | None = None) -> float
     when = http_date(text, now)
     if when is None:
         return None
-    origin = http_date(date, now) if date is not None else None
-    if origin is None or not math.isfinite(origin):
-        origin = now
+    # Date has one-second resolution: it is the origin only when the two clocks disagree by more
+    # than that (the frontier reads the result later than the server wrote it, by the transit).
+    origin = now
+    stated = http_date(date, now) if date is not None else None
+    if stated is not None and math.isfinite(stated) and not -1.0 <= now - stated <= 2.0:
+        origin = stated
     if not math.isfinite(origin) or when <= origin:
         return None
     return min(when - origin, float(HUGE))
@@ -153,8 +156,10 @@ def _params(item: str) -> dict[str, str]:
     return out
 
 
-def ratelimit(headers: dict[str, str]) -> RateLimit | None:
-    """Parse whichever RateLimit generation is present (lower-case header names); None if absent/malformed."""
+def ratelimit(headers: dict[str, str], now: float | None = None) -> RateLimit | None:
+    """Parse whichever RateLimit generation is present (lower-case header names), or else the
+    de-facto ``X-RateLimit-*``; None if absent/malformed. ``now`` reads an X-RateLimit-Reset
+    given as an epoch time."""
     field = headers.get("ratelimit")
     if field is not None:
         text = field.strip()
@@ -189,9 +194,24 @@ def ratelimit(headers: dict[str, str]) -> RateLimit | None:
     # generation 1: RateLimit-Remaining + RateLimit-Reset
     remaining = _int(headers.get("ratelimit-remaining"))
     reset = _int(headers.get("ratelimit-reset"))
+    if remaining is not None and reset is not None:
+        return RateLimit(remaining=remaining, reset=float(reset), limit=_int(headers.get("ratelimit-limit")))
+    return _x_ratelimit(headers, now)
+
+
+def _x_ratelimit(headers: dict[str, str], now: float | None) -> RateLimit | None:
+    """``X-RateLimit-Remaining`` + ``X-RateLimit-Reset``, used by many public APIs (GitHub, Twitter,
+    ...): the reset is seconds, or an epoch time when larger than a day's seconds (THROTTLING.md §4)."""
+    remaining = _int(headers.get("x-ratelimit-remaining"))
+    reset = _int(headers.get("x-ratelimit-reset"))
     if remaining is None or reset is None:
         return None
-    return RateLimit(remaining=remaining, reset=float(reset), limit=_int(headers.get("ratelimit-limit")))
+    seconds = float(reset)
+    if seconds > 86400:
+        if now is None or not seconds > now:
+            return None
+        seconds -= now
+    return RateLimit(remaining=remaining, reset=seconds, limit=_int(headers.get("x-ratelimit-limit")))
 
 
 def _policy_window(policy: str | None) -> float | None:
@@ -213,7 +233,7 @@ def gate_seconds(status: int, headers: dict[str, str], trigger: bool, now: float
         ra = retry_after(headers.get("retry-after"), now, headers.get("date"))
         if ra is not None:
             return ra, f"Retry-After on {status}"
-    rl = ratelimit(headers)
+    rl = ratelimit(headers, now)
     if rl is not None and rl.remaining == 0 and rl.reset > 0:
         return rl.reset, f"RateLimit remaining=0 on {status}"
     return None

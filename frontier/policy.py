@@ -306,7 +306,7 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
         until = now + with_margin(min(seconds, s.gate_max))
         if until > state.gate_until:
             state = rep(state, gate_until=until, gate_cause=f"{why}: {seconds:.0f}s")
-    rl = ratelimit(ev.headers)
+    rl = ratelimit(ev.headers, now)
     if rl is not None and rl.remaining > 0 and rl.reset > 0:
         # A published budget: never more than `remaining` requests before the reset (a hard stop,
         # with the margin), spread evenly over it (those in flight already count against it). The

@@ -34,8 +34,8 @@ def imf(ts: float) -> str:
         (f" {D5000} ", float(HUGE)),
         ("0" * 5000, None),  # zero, however long
         ("0" * 5000 + "7", 7.0),  # leading zeros are not significant
-        ("9999999999", float(HUGE)),  # ten digits: parsed, then clamped
-        ("1000000000", float(HUGE)),
+        ("9999999999", 9999999999.0),  # ten digits: parsed exactly (epoch times have ten)
+        ("10000000000", float(HUGE)),  # eleven: clamped
         ("999999999", 999999999.0),
     ],
 )

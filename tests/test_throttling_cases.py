@@ -374,3 +374,52 @@ def test_backoff_settings_are_per_scope() -> None:
     for k in range(3):
         state = respond(state, s, T0 + k, status=429, sent_at=T0 + k)
     assert delay(state, s) == 10.0  # 2 -> 6 -> capped 10
+
+
+# -- Published budgets (case 25, v2) and X-RateLimit -------------------------------------------
+def test_case_25_x_ratelimit_on_a_200_is_a_spread_budget() -> None:
+    s = replace(G, concurrency=50)
+    state = gate_after(200, {"x-ratelimit-remaining": "20", "x-ratelimit-reset": "10"})
+    assert delay(state, s) >= 0.5
+    t, sent = NOW, 0
+    while True:
+        d = decide(state, t, s)
+        assert d.at is not None
+        t = d.at
+        if t >= NOW + 10:
+            break
+        state = apply(state, Sent(t), t, s)
+        sent += 1
+    assert 18 <= sent <= 20  # spread over the 10 s, never more than the 20 it published
+
+
+@pytest.mark.parametrize(
+    ("headers", "gate"),
+    [
+        ({"x-ratelimit-remaining": "0", "x-ratelimit-reset": "12"}, 12.0),  # seconds
+        ({"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(NOW) + 40)}, 40.0),  # an epoch time
+        ({"x-ratelimit-remaining": "0", "x-ratelimit-reset": str(int(NOW) - 40)}, 0.0),  # in the past
+        ({"x-ratelimit-remaining": "0"}, 0.0),
+        ({"x-ratelimit-remaining": "zero", "x-ratelimit-reset": "12"}, 0.0),
+    ],
+)
+def test_x_ratelimit_remaining_zero_is_a_gate(headers: dict[str, str], gate: float) -> None:
+    state = gate_after(200, headers)
+    assert state.gate_until == (NOW + with_margin(gate) if gate else 0.0)
+
+
+@pytest.mark.parametrize(
+    ("skew", "expected"),
+    [
+        (0.0, 60.0),  # same clocks: the frontier's own clock is exact (Date only has whole seconds)
+        (0.6, 60.0),
+        (30.0, 60.0),  # the server's clock 30 s ahead: read the date against its Date header
+        (-30.0, 60.0),
+    ],
+)
+def test_an_http_date_retry_after_means_what_the_server_meant(skew: float, expected: float) -> None:
+    from email.utils import formatdate
+
+    server_now = NOW + skew
+    headers = {"retry-after": formatdate(server_now + 60, usegmt=True), "date": formatdate(server_now, usegmt=True)}
+    assert retry_after(headers["retry-after"], NOW, headers["date"]) == pytest.approx(expected, abs=1.0)
