@@ -3,15 +3,23 @@
 Consumes ``crawl.urls`` (any key, any partition) in large batches with confluent-kafka, parses
 and canonicalises each record, and produces
 
-- accepted URLs to ``crawl.urls.bydomain``, one :class:`UrlBatch` record per target partition
-  (partition = murmur2(registrable domain) mod N, as every client computes it), and
-- everything else to ``crawl.rejected`` with the original bytes and the reason.
+- accepted URLs to ``crawl.urls.bydomain`` as :class:`UrlBatch` records, per target partition
+  (partition = murmur2(registrable domain) mod N, as every client computes it), each at most
+  :data:`~topics.catalog.URL_BATCH_BYTES` encoded (and :data:`BATCH_ITEMS` URLs), and
+- everything else to ``crawl.rejected`` with the reason and the original (a bounded prefix, its
+  length and digest: :class:`~topics.schemas.Rejected`).
 
-Input offsets are committed only after both are acknowledged (at least once; the frontier's
-seen-set removes the duplicates a crash may cause). By default it runs as a thread inside each
-frontier process; with ``frontier.embedded_router = false`` it runs as processes of its own
-(``crawl-frontier router``, :func:`run_router`), which takes URL parsing off the frontier's GIL.
-Either way the router group spreads ``crawl.urls`` partitions over every router.
+No single record can stop intake: a URL whose item alone is too large for a batch record (or
+that the broker refuses even alone) is rejected ("submission too large after parsing"), and a
+rejection the broker refuses is logged and published again without its original (reason,
+length and digest only). Only failures that are not about one record (the broker unreachable,
+no authorisation, a missing topic) stop the router, uncommitted, to be retried.
+
+Input offsets are committed only after everything is acknowledged (at least once; the
+frontier's seen-set removes the duplicates a crash may cause). By default it runs as a thread
+inside each frontier process; with ``frontier.embedded_router = false`` it runs as processes of
+its own (``crawl-frontier router``, :func:`run_router`), which takes URL parsing off the
+frontier's GIL. Either way the router group spreads ``crawl.urls`` partitions over every router.
 """
 
 from __future__ import annotations
@@ -19,38 +27,197 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import NamedTuple, TypeVar
 
-from confluent_kafka import Consumer, Message, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
 from frontier.kafka_io import consumer_conf, coordinates, produce, producer_conf
 from frontier.urls import Rejection, parse_input
-from topics.catalog import Topics
+from topics.catalog import URL_BATCH_BYTES, Topics
 from topics.partitioning import partition_for
 from topics.schemas import Rejected, UrlBatch, UrlItem, encode
 
 log = logging.getLogger(__name__)
 
-BATCH_ITEMS = 2000  # URLs per UrlBatch record
+BATCH_ITEMS = 2000  # URLs per UrlBatch record, at most
+TOO_LARGE = "submission too large after parsing"
+
+# A UrlBatch record is these bytes around its items' encodings joined by commas: the router
+# encodes each item once, measures it, and builds the records without encoding them again.
+_EMPTY = encode(UrlBatch(items=[]))
+assert _EMPTY.endswith(b"[]}"), _EMPTY
+_HEAD, _TAIL = _EMPTY[:-2], _EMPTY[-2:]
+
+# Errors that mean the broker (or the producer) refuses this record itself, whatever is retried:
+# a batch is split, a single URL is rejected, a rejection is published without its original.
+_REFUSED = frozenset({
+    KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE, KafkaError.INVALID_MSG_SIZE,
+    KafkaError.INVALID_RECORD, KafkaError.INVALID_MSG,
+})  # fmt: skip
 
 
-def route(msgs: list[Message], partitions: int, topic: str) -> tuple[dict[int, list[UrlItem]], list[Rejected]]:
-    """Split consumed records into per-partition URL lists and rejections (pure)."""
-    routed: dict[int, list[UrlItem]] = defaultdict(list)
+class Origin(NamedTuple):
+    """Where a routed URL came from: the record as consumed and its coordinates."""
+
+    raw: bytes
+    topic: str
+    partition: int
+    offset: int
+
+    def reject(self, reason: str) -> Rejected:
+        return Rejected(reason=reason, original=self.raw, topic=self.topic, partition=self.partition,
+                        offset=self.offset)  # fmt: skip
+
+
+def route(
+    msgs: Sequence[Message], partitions: int, topic: str
+) -> tuple[dict[int, list[tuple[UrlItem, Origin]]], list[Rejected]]:
+    """Split consumed records into per-partition URLs (with their origins) and rejections (pure)."""
+    routed: dict[int, list[tuple[UrlItem, Origin]]] = defaultdict(list)
     rejected: list[Rejected] = []
     for msg in msgs:
-        raw = msg.value()
+        raw = msg.value() or b""
+        _, partition, offset = coordinates(msg)
+        origin = Origin(raw, topic, partition, offset)
         try:
             item = parse_input(raw)
         except Rejection as exc:
-            _, partition, offset = coordinates(msg)
-            rejected.append(
-                Rejected(reason=str(exc), original=raw or b"", topic=topic, partition=partition, offset=offset)
-            )
+            rejected.append(origin.reject(str(exc)))
             continue
-        routed[partition_for(item.domain, partitions)].append(item)
+        except Exception as exc:  # a parser bug must not stop intake on this record forever
+            log.exception("unexpected error parsing %s[%d]@%d", topic, partition, offset)
+            rejected.append(origin.reject(f"unparseable: {type(exc).__name__}: {exc}"))
+            continue
+        routed[partition_for(item.domain, partitions)].append((item, origin))
     return routed, rejected
+
+
+T = TypeVar("T")
+
+
+def batch_record(encoded: Sequence[bytes]) -> bytes:
+    """The UrlBatch record of these encoded items (what ``encode(UrlBatch(items=...))`` gives)."""
+    return _HEAD + b",".join(encoded) + _TAIL
+
+
+def pack(
+    entries: Sequence[tuple[bytes, T]], max_bytes: int = URL_BATCH_BYTES, max_items: int = BATCH_ITEMS
+) -> tuple[list[tuple[bytes, list[T]]], list[T]]:
+    """Pack encoded items, in order, into UrlBatch records of at most ``max_bytes`` and
+    ``max_items`` each (pure). Returns the records, each with the tags of the items it carries,
+    and the tags of items too large for a record on their own."""
+    records: list[tuple[bytes, list[T]]] = []
+    too_big: list[T] = []
+    encoded: list[bytes] = []
+    tags: list[T] = []
+    size = len(_EMPTY)
+
+    def close() -> None:
+        nonlocal encoded, tags, size
+        if encoded:
+            records.append((batch_record(encoded), tags))
+        encoded, tags, size = [], [], len(_EMPTY)
+
+    for item, tag in entries:
+        if len(_EMPTY) + len(item) > max_bytes:
+            too_big.append(tag)
+            continue
+        if encoded and (size + 1 + len(item) > max_bytes or len(encoded) >= max_items):
+            close()
+        size += len(item) + (1 if encoded else 0)
+        encoded.append(item)
+        tags.append(tag)
+    close()
+    return records, too_big
+
+
+@dataclass
+class Outgoing:
+    """One record to publish: a UrlBatch (``entries``: its items and where they came from) or a
+    rejection. ``error`` is set by the delivery when the record was not published."""
+
+    topic: str
+    value: bytes
+    partition: int | None = None
+    entries: list[tuple[bytes, Origin]] = field(default_factory=list)
+    rejected: Rejected | None = None
+    minimal: bool = False  # a rejection already without its original: nothing left to cut
+    error: KafkaError | None = None
+
+
+Deliver = Callable[[list[Outgoing]], None]  # publish each, wait for all, set .error on failures
+
+
+def refused(err: KafkaError) -> bool:
+    """True when ``err`` refuses the record itself (too large, invalid): retrying it cannot help."""
+    return err.code() in _REFUSED
+
+
+def forward(
+    msgs: Sequence[Message], topics: Topics, deliver: Deliver, max_bytes: int = URL_BATCH_BYTES
+) -> tuple[int, int]:
+    """Route ``msgs`` and publish the result with ``deliver`` until every URL is on
+    ``crawl.urls.bydomain`` (in records of at most ``max_bytes``) or rejected; return (URLs
+    routed, records rejected).
+
+    Raises only when a failure is not about one record (then nothing may be committed)."""
+    routed, rejected = route(msgs, topics.partitions, topics.urls)
+    pending: list[Outgoing] = []
+    for partition, items in routed.items():
+        entries = [(encode(item), origin) for item, origin in items]
+        records, too_big = pack([(entry[0], entry) for entry in entries], max_bytes)
+        pending.extend(Outgoing(topics.bydomain, value, partition, carried) for value, carried in records)
+        for encoded, origin in too_big:
+            size = len(_EMPTY) + len(encoded)
+            rejected.append(origin.reject(f"{TOO_LARGE} ({size} bytes as a UrlBatch record > {max_bytes})"))
+    pending.extend(_rejection(topics, r) for r in rejected)
+    n_routed = n_rejected = 0
+    while pending:
+        deliver(pending)
+        retry: list[Outgoing] = []
+        for out in pending:
+            if out.error is None:
+                if out.rejected is not None:
+                    n_rejected += 1
+                else:
+                    n_routed += len(out.entries)
+            else:
+                retry.extend(_after_failure(topics, out, out.error))
+        pending = retry
+    return n_routed, n_rejected
+
+
+def _rejection(topics: Topics, rejected: Rejected, minimal: bool = False) -> Outgoing:
+    return Outgoing(topics.rejected, encode(rejected), rejected=rejected, minimal=minimal)
+
+
+def _after_failure(topics: Topics, out: Outgoing, err: KafkaError) -> list[Outgoing]:
+    """What to publish instead of a record that failed; raise when it is not the record's fault."""
+    why = f"{err.name()}: {err.str()}"
+    rej = out.rejected
+    if rej is not None:
+        if out.minimal:
+            raise RuntimeError(f"router could not publish even a minimal rejection to {out.topic}: {why}")
+        log.error("rejection of %s[%d]@%d (%d bytes, sha256 %s) not published (%s); publishing it without the "
+                  "original", rej.topic, rej.partition, rej.offset, rej.original_length, rej.original_sha256,
+                  why)  # fmt: skip
+        return [_rejection(topics, rej.minimal(f"{rej.reason} (original not kept: {why})"[:500]), minimal=True)]
+    if not refused(err):
+        raise RuntimeError(f"router could not deliver to {out.topic}: {why}")
+    if len(out.entries) > 1:  # the broker's limit is below ours: halve the record and try again
+        log.warning("a %d-byte UrlBatch of %d URLs was refused (%s); splitting it", len(out.value),
+                    len(out.entries), why)  # fmt: skip
+        mid = len(out.entries) // 2
+        return [
+            Outgoing(out.topic, batch_record([e for e, _ in half]), out.partition, half)
+            for half in (out.entries[:mid], out.entries[mid:])
+        ]
+    [(_, origin)] = out.entries
+    log.error("URL from %s[%d]@%d refused even alone (%s); rejecting it", origin.topic, origin.partition,
+              origin.offset, why)  # fmt: skip
+    return [_rejection(topics, origin.reject(f"{TOO_LARGE} (refused by the broker: {why})"))]
 
 
 class Router:
@@ -100,26 +267,26 @@ class Router:
             self._consumer.close()
 
     def _forward(self, msgs: list[Message]) -> None:
-        routed, rejected = route(msgs, self.topics.partitions, self.topics.urls)
-        failures: list[str] = []
+        routed, rejected = forward(msgs, self.topics, self._deliver)
+        self.routed += routed
+        self.rejected += rejected
 
-        def on_delivery(err: Any, _msg: Message) -> None:
-            if err is not None:
-                failures.append(str(err))
+    def _deliver(self, outs: list[Outgoing]) -> None:
+        """Produce every record, wait until each is acknowledged or failed (``error`` set)."""
+        for out in outs:
+            out.error = None
 
-        for partition, items in routed.items():
-            for i in range(0, len(items), BATCH_ITEMS):
-                batch = UrlBatch(items=items[i : i + BATCH_ITEMS])
-                self._produce(self.topics.bydomain, encode(batch), partition, on_delivery)
-        for rej in rejected:
-            self._produce(self.topics.rejected, encode(rej), None, on_delivery)
-        if self._producer.flush(60) or failures:
-            raise RuntimeError(f"router could not deliver: {failures[:3]}")
-        self.routed += sum(len(v) for v in routed.values())
-        self.rejected += len(rejected)
+            def done(err: KafkaError | None, _msg: Message, out: Outgoing = out) -> None:
+                out.error = err
 
-    def _produce(self, topic: str, value: bytes, partition: int | None, cb: Any) -> None:
-        produce(self._producer, topic, value, None, partition, cb)
+            try:
+                produce(self._producer, out.topic, out.value, None, out.partition, done)
+            except KafkaException as exc:  # refused before sending (e.g. over message.max.bytes)
+                out.error = exc.args[0] if exc.args and isinstance(exc.args[0], KafkaError) else KafkaError(
+                    KafkaError._FAIL, str(exc))  # fmt: skip
+        left = self._producer.flush(60)
+        if left:
+            raise RuntimeError(f"router could not deliver: {left} records not acknowledged within 60 s")
 
 
 def run_router(client: Mapping[str, str], topics: Topics, group: str, stop: threading.Event) -> int:

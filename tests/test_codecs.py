@@ -56,3 +56,33 @@ def test_unknown_version_is_refused() -> None:
 def test_malformed_is_refused(data: bytes) -> None:
     with pytest.raises(SchemaError):
         decode(data, UrlBatch)
+
+
+def test_rejected_keeps_a_bounded_prefix_with_the_length_and_digest_of_the_whole() -> None:
+    """A Rejected carried the whole original: ~800 KB of input made a record over 1 MiB."""
+    import hashlib
+
+    from topics.catalog import REJECTED as REJECTED_TOPIC
+    from topics.schemas import REJECTED_ORIGINAL_BYTES
+
+    big = bytes(range(256)) * 4096  # 1 MiB
+    rej = Rejected(reason="r" * 5000, original=big, topic="crawl.urls", partition=2, offset=9)
+    assert rej.original == big[:REJECTED_ORIGINAL_BYTES] and rej.truncated
+    assert rej.original_length == len(big) and rej.original_sha256 == hashlib.sha256(big).hexdigest()
+    assert len(rej.reason) <= 1000
+    assert decode(encode(rej), Rejected) == rej
+    assert len(encode(rej)) < REJECTED_TOPIC.produced_bytes
+    small = Rejected(reason="no host", original=b"x")
+    assert not small.truncated and small.original_length == 1
+    minimal = rej.minimal("too big to say")
+    assert (minimal.original, minimal.original_length, minimal.original_sha256) == (b"", len(big), rej.original_sha256)
+    assert (minimal.topic, minimal.partition, minimal.offset) == ("crawl.urls", 2, 9)
+
+
+def test_rejected_records_from_before_the_digest_still_decode() -> None:
+    import hashlib
+
+    old = b'{"v":1,"reason":"no host","original":"aGVsbG8=","topic":"crawl.urls","partition":0,"offset":3}'
+    rej = decode(old, Rejected)
+    assert rej.original == b"hello" and rej.original_length == 5
+    assert rej.original_sha256 == hashlib.sha256(b"hello").hexdigest()

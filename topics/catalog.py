@@ -1,17 +1,65 @@
-"""The topics of a crawl, as code: each owns its name, key, partitioning and cleanup policy.
+"""The topics of a crawl, as code: each owns its name, key, partitioning, cleanup policy and
+record size limit.
 
 Names take an optional prefix (``<prefix>crawl.urls``) so that several crawls, or several test
-runs, can share one broker. ``create_all`` is idempotent.
+runs, can share one broker. ``create_all`` is idempotent. :func:`check_limits` tells whether
+existing topics accept the largest records the crawl produces on them (``max.message.bytes``):
+``crawl-frontier topics create`` prints its answer, and processes can check at start-up.
+
+Record sizes. Every producer allows records of up to :data:`PRODUCER_MAX_BYTES`
+(``message.max.bytes`` in ``frontier.kafka_io.producer_conf``); a broker refuses a record over
+its topic's ``max.message.bytes`` (1 MiB by default). Each topic is created with an explicit
+limit, and each knows the largest record our code puts on it (``produced_bytes``):
+
+- records that carry one URL (a submission, a job, a follow-up) are small: a submission is at
+  most 64 KiB (``frontier.urls.MAX_INPUT_BYTES``);
+- the router cuts ``UrlBatch`` records at :data:`URL_BATCH_BYTES`;
+- ``Rejected`` keeps a 4 KiB prefix of the original (``topics.schemas.REJECTED_ORIGINAL_BYTES``);
+- pages carry a body of up to ``worker.max_body_bytes`` (base64 in JSON), which the
+  configuration caps at :data:`MAX_PAGE_BODY_BYTES` so that a page fits :data:`PAGES_MAX_BYTES`;
+- feedback batches are bounded by count, not bytes, and may carry robots.txt bodies: any batch
+  the producer accepts must be accepted.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 from confluent_kafka.cimpl import NewTopic
+
+KiB = 1024
+MiB = 1024 * KiB
+
+# The producers' message.max.bytes (frontier.kafka_io.producer_conf; a test checks they agree):
+# no topic needs a larger limit, since no record larger than this is ever sent.
+PRODUCER_MAX_BYTES = 16 * MiB
+# Kafka's framing around one record (batch header, record header) and its key (at most a URL).
+RECORD_OVERHEAD = 4 * KiB
+# A record that carries one URL: a submission (at most 64 KiB, frontier.urls.MAX_INPUT_BYTES),
+# a follow-up, a Job (one UrlItem: the submission's meta plus the URL in two forms).
+ONE_URL_BYTES = 2 * 64 * KiB + RECORD_OVERHEAD
+# The router keeps every UrlBatch record under this many encoded bytes (frontier/router.py), a
+# quarter of the topic's 1 MiB: far from the limit, still thousands of plain URLs per record.
+URL_BATCH_BYTES = 256 * KiB
+# crawl.pages: the largest topic limit the producers allow.
+PAGES_MAX_BYTES = PRODUCER_MAX_BYTES
+# Everything on a Page but its body: response headers (aiohttp refuses more than 128 header
+# lines of 8 KiB, so at most 1 MiB, up to 2 MiB as UTF-8 JSON), the submission's meta (64 KiB),
+# the URL and framing. A page whose headers are even larger is refused by the broker; the
+# worker then publishes a small error page instead.
+PAGE_OVERHEAD_BYTES = 3 * MiB
+# The largest body a page may carry (base64 in JSON: 4 bytes per 3) so that it fits the pages
+# topic with its headers: the cap of worker.max_body_bytes (frontier/config.py), 9.75 MiB.
+MAX_PAGE_BODY_BYTES = (PAGES_MAX_BYTES - PAGE_OVERHEAD_BYTES) // 4 * 3
+
+
+def page_record_bytes(max_body_bytes: int) -> int:
+    """The largest ``crawl.pages`` record a worker with this body cap produces."""
+    return 4 * -(-max_body_bytes // 3) + PAGE_OVERHEAD_BYTES
 
 
 @dataclass(frozen=True)
@@ -22,25 +70,63 @@ class TopicSpec:
     compacted: bool = False
     internal: bool = False
     partitions: int | None = None  # None: the crawl's partition count
+    max_message_bytes: int = MiB  # the topic's max.message.bytes, set when it is created
+    produced_bytes: int = MiB  # the largest record the crawl produces on it: the least limit that works
 
 
-URLS = TopicSpec("crawl.urls", "none (any)", "user input: URL strings or JSON submissions")
+# Each limit below is set explicitly at creation (never the broker's default), and is at least
+# the largest record produced on the topic (produced_bytes, what check_limits requires).
+URLS = TopicSpec(
+    "crawl.urls", "none (any)", "user input: URL strings or JSON submissions",
+    # 1 MiB: the router accepts submissions of up to 64 KiB; a larger record up to this limit
+    # is rejected with a reason on crawl.rejected (bounded), a record over it is refused to the
+    # producer that sent it (FrontierClient.submit raises) instead of entering the crawl.
+    max_message_bytes=MiB, produced_bytes=ONE_URL_BYTES,
+)  # fmt: skip
 BYDOMAIN = TopicSpec(
-    "crawl.urls.bydomain", "partition chosen by murmur2(registrable domain)", "router → frontier", internal=True
-)
-JOBS = TopicSpec("crawl.jobs", "host", "frontier → workers: leased fetch jobs")
-FEEDBACK = TopicSpec("crawl.feedback", "registrable domain (murmur2)", "workers → frontier: fetch results")
-PAGES = TopicSpec("crawl.pages", "url", "output: fetched pages")
-REJECTED = TopicSpec("crawl.rejected", "none", "input that could not be accepted, with the reason")
+    "crawl.urls.bydomain", "partition chosen by murmur2(registrable domain)", "router → frontier", internal=True,
+    # 1 MiB: four times the router's UrlBatch bound (URL_BATCH_BYTES), which a test checks
+    max_message_bytes=MiB, produced_bytes=URL_BATCH_BYTES + RECORD_OVERHEAD,
+)  # fmt: skip
+JOBS = TopicSpec(
+    "crawl.jobs", "host", "frontier → workers: leased fetch jobs",
+    # 1 MiB: a Job is one URL and its lease
+    max_message_bytes=MiB, produced_bytes=ONE_URL_BYTES,
+)  # fmt: skip
+FEEDBACK = TopicSpec(
+    "crawl.feedback", "registrable domain (murmur2)", "workers → frontier: fetch results",
+    # 16 MiB: a FeedbackBatch is bounded by count, not bytes, and robots.txt results carry the
+    # file (up to 500 KiB, 683 KB as base64): whatever the workers' producer accepts must pass
+    max_message_bytes=PRODUCER_MAX_BYTES, produced_bytes=PRODUCER_MAX_BYTES,
+)  # fmt: skip
+PAGES = TopicSpec(
+    "crawl.pages", "url", "output: fetched pages",
+    # 16 MiB: a page body of up to worker.max_body_bytes (capped at MAX_PAGE_BODY_BYTES) with
+    # its headers; check_limits requires page_record_bytes(max_body_bytes)
+    max_message_bytes=PAGES_MAX_BYTES, produced_bytes=page_record_bytes(MAX_PAGE_BODY_BYTES),
+)  # fmt: skip
+REJECTED = TopicSpec(
+    "crawl.rejected", "none", "input that could not be accepted, with the reason",
+    # 1 MiB: a Rejected keeps a 4 KiB prefix of the original and a reason of at most 1000
+    # characters (topics.schemas), some 12 KB as JSON
+    max_message_bytes=MiB, produced_bytes=32 * KiB,
+)  # fmt: skip
 CONTROL = TopicSpec(
-    "crawl.control", "registrable domain (murmur2)", "operators → frontier: pause/resume/drop/set a scope"
-)
+    "crawl.control", "registrable domain (murmur2)", "operators → frontier: pause/resume/drop/set a scope",
+    # 1 MiB: a ControlCommand is a scope name (at most 253 characters) and two numbers
+    max_message_bytes=MiB, produced_bytes=16 * KiB,
+)  # fmt: skip
 STATE = TopicSpec(
-    "crawl.frontier.state", "state key", "changelog of the frontier's RocksDB state", compacted=True, internal=True
-)
+    "crawl.frontier.state", "state key", "changelog of the frontier's RocksDB state", compacted=True, internal=True,
+    # 4 MiB: a host's robots.txt answer is stored whole (up to 500 KiB, about 700 KB as JSON),
+    # queued URLs and leases are one URL each; room to spare over the 1 MiB they need
+    max_message_bytes=4 * MiB, produced_bytes=MiB,
+)  # fmt: skip
 STATUS = TopicSpec(
     "crawl.frontier.status", "frontier instance id", "latest status snapshot of each frontier instance",
     compacted=True, internal=True, partitions=1,
+    # 1 MiB: a snapshot holds totals and at most a few hundred scope rows
+    max_message_bytes=MiB, produced_bytes=256 * KiB,
 )  # fmt: skip
 
 ALL: tuple[TopicSpec, ...] = (URLS, BYDOMAIN, JOBS, FEEDBACK, PAGES, REJECTED, CONTROL, STATE, STATUS)
@@ -114,9 +200,10 @@ def create_all(admin_conf: dict[str, str], topics: Topics, timeout: float = 30.0
         name = topics.name(spec)
         if name in existing:
             continue
-        config = {"cleanup.policy": "compact" if spec.compacted else "delete"}
-        if spec.base in (PAGES.base,):
-            config["max.message.bytes"] = str(16 * 1024 * 1024)
+        config = {
+            "cleanup.policy": "compact" if spec.compacted else "delete",
+            "max.message.bytes": str(spec.max_message_bytes),
+        }
         partitions = spec.partitions or topics.partitions
         new.append(NewTopic(name, num_partitions=partitions, replication_factor=topics.replication, config=config))
     created = []
@@ -129,3 +216,66 @@ def create_all(admin_conf: dict[str, str], topics: Topics, timeout: float = 30.0
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise
     return created
+
+
+def needed_bytes(spec: TopicSpec, max_body_bytes: int | None = None) -> int:
+    """The least ``max.message.bytes`` that ``spec``'s topic needs: its largest record. For
+    ``crawl.pages`` that depends on the workers' ``max_body_bytes`` (None: the largest allowed)."""
+    if spec.base == PAGES.base and max_body_bytes is not None:
+        return page_record_bytes(max_body_bytes)
+    return spec.produced_bytes
+
+
+class TopicLimitError(RuntimeError):
+    """Existing topics refuse records the crawl produces (or are missing); one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def check_limits(
+    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
+) -> list[str]:
+    """Read every crawl topic's ``max.message.bytes`` from the brokers; return one clear line per
+    topic that is missing or whose limit is below the largest record the crawl produces on it
+    (an empty list: all is well). ``max_body_bytes`` is the workers' ``worker.max_body_bytes``
+    (None: the largest the configuration allows)."""
+    admin = AdminClient(dict(admin_conf))
+    existing = admin.list_topics(timeout=timeout).topics
+    problems: list[str] = []
+    specs: dict[str, TopicSpec] = {}
+    for spec in ALL:
+        name = topics.name(spec)
+        if name in existing:
+            specs[name] = spec
+        else:
+            problems.append(f"{name}: missing (run `crawl-frontier topics create`)")
+    if not specs:
+        return problems
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in specs]
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+        name = resource.name
+        spec = specs[name]
+        entry = future.result().get("max.message.bytes")
+        if entry is None or entry.value is None:
+            problems.append(f"{name}: max.message.bytes not reported by the broker")
+            continue
+        limit = int(entry.value)
+        need = needed_bytes(spec, max_body_bytes)
+        if limit < need:
+            problems.append(
+                f"{name}: max.message.bytes is {limit}, below the {need} bytes the crawl may put in one record; "
+                f"records that large would be refused. Raise it, e.g. kafka-configs.sh --alter --entity-type "
+                f"topics --entity-name {name} --add-config max.message.bytes={max(need, spec.max_message_bytes)}"
+            )
+    return sorted(problems)
+
+
+def ensure_limits(
+    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
+) -> None:
+    """:func:`check_limits`, raising :class:`TopicLimitError` with every problem if there is one."""
+    problems = check_limits(admin_conf, topics, max_body_bytes, timeout)
+    if problems:
+        raise TopicLimitError(problems)
