@@ -33,11 +33,24 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from prometheus_client import start_http_server
 
 from frontier.config import Config
+from frontier.headers import gate_seconds
 from frontier.kafka_io import AsyncProducer, consumer_conf, coordinates, producer_conf
 from frontier.metrics import WorkerMetrics, lag
+from frontier.policy import with_margin
 from frontier.robots import MAX_ROBOTS_BYTES, agent_token
 from topics.partitioning import partition_for
-from topics.schemas import Feedback, FeedbackBatch, Job, Page, Rejected, SchemaError, UrlItem, decode, encode
+from topics.schemas import (
+    NETWORK_ERRORS,
+    Feedback,
+    FeedbackBatch,
+    Job,
+    Page,
+    Rejected,
+    SchemaError,
+    UrlItem,
+    decode,
+    encode,
+)
 from workers.fetch import FetchResult, fetch, is_retryable, send_tracer, throttle_headers
 from workers.followups import follow_ups, page_headers
 from workers.safety import AddressPolicy, SafeConnector
@@ -96,6 +109,11 @@ class _HostGate:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     last_sent: float = 0.0
     idle: asyncio.Event = field(default_factory=_set_event)  # no request of this host is between slot and send
+    # A window the host announced (Retry-After, RateLimit remaining=0), by this worker's clock: jobs
+    # of the host this worker holds are not sent inside it, even those the frontier dispatched
+    # before it heard of it (THROTTLING.md v2 §4).
+    closed_until: float = 0.0
+    last_end: float = 0.0  # when the host's latest response ended (server-stated floors count from here)
 
 
 class FetchWorker:
@@ -304,7 +322,8 @@ class FetchWorker:
                     # connect would otherwise shrink the gap the server sees.
                     await gate.idle.wait()
                     # asyncio may wake a timer up to a clock tick early: re-check until the slot has come
-                    while (slot := max(job.not_before, gate.last_sent + job.min_gap)) > (now := time.time()):
+                    # (a window the host announces meanwhile moves it: the loop reads it again)
+                    while (slot := self._slot(job, gate)) > (now := time.time()):
                         if slot > job.expires_at:
                             return None
                         await asyncio.sleep(slot - now)
@@ -321,13 +340,33 @@ class FetchWorker:
                 held = False
                 m.inflight.inc()
                 try:
-                    return await self._fetch(session, job, sent)
+                    result = await self._fetch(session, job, sent)
+                    self._answered(gate, job, result)
+                    return result
                 finally:
                     gate.idle.set()
                     m.inflight.dec()
         finally:
             if held:
                 m.held.dec()
+
+    @staticmethod
+    def _slot(job: Job, gate: _HostGate) -> float:
+        """The earliest send time of ``job``: its ``not_before``, the host's gap since this worker's
+        last send, and any window the host announced to this worker."""
+        return max(job.not_before, gate.last_sent + job.min_gap, gate.closed_until)
+
+    def _answered(self, gate: _HostGate, job: Job, result: FetchResult) -> None:
+        """Note what the host's answer means for its next requests from this worker."""
+        now = time.time()
+        gate.last_end = max(gate.last_end, now)
+        trigger = result.error in NETWORK_ERRORS or result.status in self._backoff_codes(job.item)
+        closed = gate_seconds(result.status, result.headers, trigger, now)
+        if closed is not None:
+            until = now + with_margin(min(closed[0], self.cfg.throttle.for_scope(job.item.host).gate_max))
+            if until > gate.closed_until:
+                gate.closed_until = until
+                log.info("%s: %s, holding its jobs until +%.1fs", job.item.host, closed[1], until - now)
 
     async def _fetch(self, session: aiohttp.ClientSession, job: Job, sent: Callable[[float], None]) -> FetchResult:
         sent_at = 0.0

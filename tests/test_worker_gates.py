@@ -1,0 +1,79 @@
+"""Gates held by workers (THROTTLING.md v2 §4, case 26): a worker holding jobs of a host when
+that host answers 429 + Retry-After sends none of them inside the window, even though the
+frontier dispatched them before it heard of the 429; jobs whose lease ends inside the window are
+handed back unfetched. Real local server on loopback; the producer is the in-memory stand-in of
+test_worker_jobs (no broker: this is the worker's own logic)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from deploy.kafka import free_port
+from tests.test_worker_jobs import FakeProducer, make_worker, message
+from topics.schemas import Job, UrlItem
+
+HOST = "127.0.0.94"
+
+
+class Limited:
+    """Answers the first request with 429 + Retry-After: 2, then 200; records arrival times."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[tuple[str, float]] = []
+        self.answered_429_at = 0.0
+        self.base = ""
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.arrivals.append((request.path, time.time()))
+        if len(self.arrivals) == 1:
+            self.answered_429_at = time.time()
+            return web.Response(status=429, headers={"Retry-After": "2"})
+        return web.Response(text="ok")
+
+
+@pytest.fixture
+async def limited() -> AsyncIterator[Limited]:
+    state = Limited()
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", state.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, HOST, port).start()
+    state.base = f"http://{HOST}:{port}"
+    yield state
+    await runner.cleanup()
+
+
+def job(url: str, lease: str, not_before: float, expires_at: float) -> Job:
+    return Job(lease=lease, item=UrlItem(url=url, host=HOST, domain=HOST), not_before=not_before,
+               expires_at=expires_at, timeout=5)  # fmt: skip
+
+
+async def test_case_26_held_jobs_are_not_sent_inside_the_window(limited: Limited) -> None:
+    producer = FakeProducer()
+    worker = make_worker(producer)
+    now = time.time()
+    first = job(f"{limited.base}/0", "L0", now, now + 30)
+    # dispatched before the frontier heard of the 429: due 0.3 s later, leases long enough to wait
+    held = [job(f"{limited.base}/{n}", f"L{n}", now + 0.3, now + 30) for n in (1, 2, 3)]
+    # and one whose lease ends inside the window: handed back, never sent
+    short = job(f"{limited.base}/short", "LS", now + 0.3, now + 1.5)
+    sem = asyncio.Semaphore(8)
+    async with aiohttp.ClientSession() as session:
+        await asyncio.gather(*(worker._handle(session, sem, message(j, n)) for n, j in  # type: ignore[arg-type]
+                               enumerate([first, *held, short])))  # fmt: skip
+        if worker._feedback_task is not None:
+            await asyncio.wait_for(worker._feedback_task, 5)
+    window_end = limited.answered_429_at + 2.0
+    later = [(path, at) for path, at in limited.arrivals if path != "/0"]
+    assert sorted(p for p, _ in later) == ["/1", "/2", "/3"], "the short-lease job must not be sent"
+    assert all(at >= window_end for _, at in later), [round(at - window_end, 3) for _, at in later]
+    outcomes = {fb.lease: fb.outcome for fb in producer.feedback()}
+    assert outcomes["LS"] == "expired" and outcomes["L1"] == outcomes["L2"] == outcomes["L3"] == "fetched"
