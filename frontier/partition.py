@@ -502,6 +502,7 @@ class PartitionFrontier:
             not_before=not_before,
             expires_at=expires_at,
             min_gap=policy.delay(self._state(scopes[0]), self.scope_settings(scopes[0])),
+            floor=policy.floor(self._state(scopes[0]), self.scope_settings(scopes[0])),
             timeout=self.settings.fetch_timeout,
             retries_left=max(0, self.settings.max_retries - item.attempts) if kind == "page" else 0,
         )
@@ -534,7 +535,7 @@ class PartitionFrontier:
                 self.stats.fetched += 1
             if item.revisit > 0:
                 self._schedule_revisit(item, now)
-        event = policy.Done(sent_at=fb.sent_at, dispatched_at=lease.dispatched_at, status=fb.status,
+        event = policy.Done(sent_at=fb.sent_at, done_at=fb.done_at, dispatched_at=lease.dispatched_at, status=fb.status,
                             latency=fb.latency, error=fb.error, headers=fb.headers, adjust=item.adjust,
                             outcome=fb.outcome)  # fmt: skip
         for scope in lease.scopes:

@@ -98,6 +98,7 @@ class Done(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     sent_at: float = 0.0
+    done_at: float = 0.0  # when the response ended, by the worker's clock (0: unknown)
     dispatched_at: float = 0.0
     status: int = 0
     latency: float = 0.0
@@ -283,8 +284,8 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
     sent_at = min(ev.sent_at, now)
     last = max(state.last_sent, sent_at) if sent_at > 0 else state.last_sent  # 0: never sent
     inflight = state.inflight if ev.late else max(0, state.inflight - 1)
-    # the response ended no earlier than its headers came back (and no later than now)
-    end = min(now, sent_at + ev.latency) if sent_at > 0 else state.last_end
+    # the response ended when the worker says (else no earlier than its headers), never after now
+    end = min(now, ev.done_at or sent_at + ev.latency) if sent_at > 0 else state.last_end
     state = rep(state, inflight=inflight, last_sent=last, last_end=max(state.last_end, end))
     if ev.outcome == "expired":
         return state

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 import pytest
 from aiohttp import web
+from msgspec.structs import replace
 
 from deploy.kafka import free_port
 from tests.test_worker_jobs import FakeProducer, make_worker, message
@@ -77,3 +78,37 @@ async def test_case_26_held_jobs_are_not_sent_inside_the_window(limited: Limited
     assert all(at >= window_end for _, at in later), [round(at - window_end, 3) for _, at in later]
     outcomes = {fb.lease: fb.outcome for fb in producer.feedback()}
     assert outcomes["LS"] == "expired" and outcomes["L1"] == outcomes["L2"] == outcomes["L3"] == "fetched"
+
+
+async def test_a_server_stated_interval_counts_from_the_end_of_the_previous_response() -> None:
+    """§9: Crawl-delay 0.5 (the job's floor) on a server that takes 0.3 s to answer: the next
+    request arrives 0.5 s after the previous response ended, not 0.5 s after it was sent."""
+    ends: list[float] = []
+    arrivals: list[float] = []
+
+    async def slow(request: web.Request) -> web.StreamResponse:
+        arrivals.append(time.time())
+        await asyncio.sleep(0.3)
+        response = web.Response(text="slow")
+        ends.append(time.time())
+        return response
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", slow)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, HOST, port).start()
+    try:
+        worker = make_worker(FakeProducer())
+        now = time.time()
+        jobs = [replace(job(f"http://{HOST}:{port}/{n}", f"F{n}", now, now + 30), floor=0.5) for n in range(3)]
+        sem = asyncio.Semaphore(8)
+        async with aiohttp.ClientSession() as session:
+            await asyncio.gather(*(worker._handle(session, sem, message(j, n)) for n, j in  # type: ignore[arg-type]
+                                   enumerate(jobs)))  # fmt: skip
+    finally:
+        await runner.cleanup()
+    assert len(arrivals) == 3
+    gaps = [b - a for a, b in zip(ends, arrivals[1:], strict=False)]
+    assert all(g >= 0.5 for g in gaps), gaps

@@ -76,6 +76,9 @@ class Job(msgspec.Struct, kw_only=True):
     not_before: float  # epoch seconds; never send before
     expires_at: float  # epoch seconds; picked up later than this → return unfetched
     min_gap: float = 0.0  # the host's delay at dispatch: workers keep at least this between sends
+    # a server-stated interval (Crawl-delay, with its margin): the worker keeps at least this from
+    # the END of the host's previous response to this send (THROTTLING.md v2 §9)
+    floor: float = 0.0
     timeout: float = 20.0  # fetch timeout the frontier's lease deadline assumes
     retries_left: int = 0
 
@@ -96,6 +99,7 @@ class Feedback(msgspec.Struct, kw_only=True, omit_defaults=True):
     status: int = 0
     latency: float = 0.0  # send → response headers, seconds
     sent_at: float = 0.0  # epoch seconds when the request was sent (0 if never sent)
+    done_at: float = 0.0  # epoch seconds when the response ended (0: unknown; server-stated floors count from it)
     error: str = ""  # error kind: timeout, connect, reset, too_large, ...
     headers: dict[str, str] = msgspec.field(default_factory=dict)  # throttling-relevant headers only
     body: bytes = b""  # robots jobs only: the robots.txt body

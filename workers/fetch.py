@@ -33,6 +33,7 @@ class FetchResult:
     body: bytes = b""
     truncated: bool = False
     error: str = ""  # error kind when no response was received
+    done_at: float = 0.0  # when the response ended (set by the worker once the body is read)
 
     @property
     def content_type(self) -> str:

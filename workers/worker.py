@@ -353,13 +353,16 @@ class FetchWorker:
     @staticmethod
     def _slot(job: Job, gate: _HostGate) -> float:
         """The earliest send time of ``job``: its ``not_before``, the host's gap since this worker's
-        last send, and any window the host announced to this worker."""
-        return max(job.not_before, gate.last_sent + job.min_gap, gate.closed_until)
+        last send, any window the host announced to this worker, and a server-stated interval
+        (Crawl-delay) counted from the end of the host's previous response (§9)."""
+        floor = gate.last_end + job.floor if job.floor and gate.last_end else 0.0
+        return max(job.not_before, gate.last_sent + job.min_gap, gate.closed_until, floor)
 
     def _answered(self, gate: _HostGate, job: Job, result: FetchResult) -> None:
         """Note what the host's answer means for its next requests from this worker."""
         now = time.time()
         gate.last_end = max(gate.last_end, now)
+        result.done_at = now
         trigger = result.error in NETWORK_ERRORS or result.status in self._backoff_codes(job.item)
         closed = gate_seconds(result.status, result.headers, trigger, now)
         if closed is not None:
@@ -457,8 +460,8 @@ class FetchWorker:
     def _feedback_of(job: Job, r: FetchResult, outcome: str, body: bytes = b"", error: str = "") -> Feedback:
         item = job.item
         return Feedback(lease=job.lease, host=item.host, domain=item.domain, url=item.url, outcome=outcome,
-                        status=r.status, latency=r.latency, sent_at=r.sent_at, error=error or r.error,
-                        headers=throttle_headers(r.headers), body=body)  # fmt: skip
+                        status=r.status, latency=r.latency, sent_at=r.sent_at, done_at=r.done_at,
+                        error=error or r.error, headers=throttle_headers(r.headers), body=body)  # fmt: skip
 
     def _page(self, job: Job, r: FetchResult) -> Page:
         return Page(
