@@ -5,6 +5,13 @@ that partition's local RocksDB, recording the last applied offset under ``STANDB
 copy holds nothing but changelog records, so it can be trusted up to that offset: when the
 partition is assigned here (a takeover after a crash, a rebalance), only the tail is replayed.
 
+It also records under ``STANDBY_AT_KEY`` a wall-clock time before which every changelog record
+is in the copy: every ``probe_interval`` seconds the thread notes the time and asks for the
+partition's high watermark; once the copy has applied everything below that watermark, the
+noted time is recorded. A copy left behind for longer than the changelog keeps tombstones is
+then rebuilt instead of tailed (``frontier.state.restore_plan``), as is a clean copy of a formerly
+owned partition that is too old when it becomes a standby.
+
 All RocksDB access for standby partitions happens on the standby thread; the service asks for a
 partition back with :meth:`Standby.release` before opening it as active.
 """
@@ -12,29 +19,72 @@ partition back with :meth:`Standby.release` before opening it as active.
 from __future__ import annotations
 
 import logging
+import math
 import queue
 import threading
+import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from frontier.state import CLEAN_KEY, STANDBY_KEY, db_path
+from frontier.kafka_io import watermarks
+from frontier.state import (
+    CLEAN_AT_KEY,
+    CLEAN_KEY,
+    STANDBY_AT_KEY,
+    STANDBY_KEY,
+    Plan,
+    db_path,
+    delete_retention,
+    encode_time,
+    local_copy,
+    restore_plan,
+)
 from frontier.store import RocksKV
 
 log = logging.getLogger(__name__)
 
+PROBE_INTERVAL = 30.0  # seconds between high-watermark probes of one standby partition
+PROBE_TIMEOUT = 2.0  # seconds one probe may take
+RETENTION_TTL = 300.0  # seconds a read delete.retention.ms is reused
+
+
+@dataclass(frozen=True, slots=True)
+class _Probe:
+    at: float  # wall-clock time noted before asking
+    low: int
+    high: int  # every record written before ``at`` has an offset below this
+
 
 class Standby:
-    def __init__(self, client: dict[str, Any], topic: str, state_dir: str, app_id: str) -> None:
+    def __init__(
+        self,
+        client: dict[str, Any],
+        topic: str,
+        state_dir: str,
+        app_id: str,
+        clock: Callable[[], float] = time.time,
+        retention: float | None = None,
+        probe_interval: float = PROBE_INTERVAL,
+    ) -> None:
         self._client = client
         self._topic = topic
         self._state_dir = state_dir
         self._app_id = app_id
+        self._clock = clock  # wall clock: compared with the broker's tombstone retention
+        self._retention = retention  # delete.retention.ms in seconds; None: read from the topic
+        self._retention_read: tuple[float, float] | None = None  # (value, when read)
+        self._probe_interval = probe_interval
         self._control: queue.Queue[tuple[str, int, threading.Event | None]] = queue.Queue()
         self._stores: dict[int, RocksKV] = {}
         self._applied: dict[int, int] = {}
+        self._start: dict[int, int | None] = {}  # next offset wanted at open; None: from the beginning
+        self._probes: dict[int, _Probe] = {}
+        self._asked: dict[int, float] = {}
         self.partitions: set[int] = set()  # wanted as standby (maintained by the caller's thread)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="standby", daemon=True)
@@ -51,6 +101,10 @@ class Standby:
         done = threading.Event()
         self._control.put(("remove", partition, done))
         done.wait(timeout)
+
+    def applied(self, partition: int) -> int | None:
+        """The last changelog offset applied to the standby copy of ``partition`` (None: none yet)."""
+        return self._applied.get(partition)
 
     def close(self) -> None:
         for p in list(self.partitions):
@@ -84,6 +138,7 @@ class Standby:
                 for p, offset in self._applied.items():
                     if p in self._stores:
                         self._stores[p].put(STANDBY_KEY, str(offset).encode())
+                self._probe_all(consumer)
         except Exception:
             log.exception("standby replication stopped")
         finally:
@@ -105,26 +160,103 @@ class Standby:
                 if done is not None:
                     done.set()
 
+    def _delete_retention(self) -> float:
+        if self._retention is not None:
+            return self._retention
+        now = time.monotonic()
+        if self._retention_read is None or now - self._retention_read[1] > RETENTION_TTL:
+            self._retention_read = (delete_retention(self._client, self._topic), now)
+        return self._retention_read[0]
+
+    def _plan(self, consumer: Consumer, p: int, offset: int, at: float | None) -> Plan:
+        try:
+            low, high = watermarks(consumer, self._topic, p)
+        except KafkaException as exc:
+            return Plan(False, f"changelog watermarks unknown ({exc})")
+        return restore_plan(offset, at, self._clock(), self._delete_retention(), low, high)
+
     def _open(self, consumer: Consumer, p: int) -> None:
         path: Path = db_path(self._state_dir, self._app_id, p)
         kv = RocksKV(path)
-        marker = kv.get(CLEAN_KEY) or kv.get(STANDBY_KEY)
-        if marker is None:
-            kv.close()  # a crashed active copy: not trustworthy, rebuild from the changelog
+        copy = local_copy(kv)
+        plan = self._plan(consumer, p, copy.offset, copy.at) if copy is not None else None
+        if copy is not None and plan is not None and plan.trust:
+            start = copy.offset + 1
+            self._start[p] = start
+            kv.delete(CLEAN_KEY)
+            kv.delete(CLEAN_AT_KEY)
+            kv.put(STANDBY_KEY, str(copy.offset).encode())
+            if copy.at is not None:
+                kv.put(STANDBY_AT_KEY, encode_time(copy.at))
+        else:
+            # a crashed active copy, or one too old to be completed by the changelog's tail
+            if plan is not None:
+                log.info("standby for partition %d: local state not trusted (%s), rebuilding", p, plan.reason)
+            kv.close()
             RocksKV.destroy(path)
             kv = RocksKV(path)
             start = OFFSET_BEGINNING
-        else:
-            start = int(marker) + 1
-            kv.delete(CLEAN_KEY)
-            kv.put(STANDBY_KEY, marker)
+            self._start[p] = None
         self._stores[p] = kv
         consumer.incremental_assign([TopicPartition(self._topic, p, start)])
-        log.info("standby for partition %d from changelog offset %s", p, "start" if marker is None else start)
+        log.info(
+            "standby for partition %d from changelog offset %s", p, "start" if start == OFFSET_BEGINNING else start
+        )
 
     def _close(self, consumer: Consumer, p: int) -> None:
         consumer.incremental_unassign([TopicPartition(self._topic, p)])
+        self._probe(consumer, p, final=True)
         kv = self._stores.pop(p)
         if p in self._applied:
             kv.put(STANDBY_KEY, str(self._applied.pop(p)).encode())
+        self._start.pop(p, None)
+        self._probes.pop(p, None)
+        self._asked.pop(p, None)
         kv.close()
+
+    # -- when was each copy complete ----------------------------------------------------------------
+    def _next_offset(self, p: int) -> int | None:
+        """The next changelog offset the copy of ``p`` needs (None: it has applied nothing yet, from the start)."""
+        if p in self._applied:
+            return self._applied[p] + 1
+        return self._start.get(p)
+
+    def _caught_up(self, p: int, probe: _Probe) -> bool:
+        nxt = self._next_offset(p)
+        if nxt is None:
+            return probe.low >= probe.high  # nothing applied, nothing to apply
+        return nxt >= probe.high
+
+    def _probe_all(self, consumer: Consumer) -> None:
+        for p in list(self._stores):
+            self._probe(consumer, p)
+
+    def _probe(self, consumer: Consumer, p: int, final: bool = False) -> None:
+        """Record the time of a probe the copy has caught up with; ask again when one is due
+        (or on ``final``, when the copy is being closed)."""
+        kv = self._stores[p]
+        pending = self._probes.get(p)
+        if pending is not None and self._caught_up(p, pending):
+            self._record(kv, p, pending.at)
+            del self._probes[p]
+            pending = None
+        now = self._clock()
+        due = now - self._asked.get(p, -math.inf) >= self._probe_interval
+        if not final and (pending is not None or not due):
+            return
+        self._asked[p] = now
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(self._topic, p), timeout=PROBE_TIMEOUT)
+        except KafkaException as exc:
+            log.debug("standby probe of partition %d failed: %s", p, exc)
+            return
+        probe = _Probe(now, int(low), int(high))
+        if self._caught_up(p, probe):
+            self._record(kv, p, probe.at)
+        elif pending is None:
+            self._probes[p] = probe
+
+    def _record(self, kv: RocksKV, p: int, at: float) -> None:
+        if p in self._applied:
+            kv.put(STANDBY_KEY, str(self._applied[p]).encode())  # the offset first, then its time
+        kv.put(STANDBY_AT_KEY, encode_time(at))

@@ -6,44 +6,165 @@ if it was closed cleanly or kept as a standby copy (see ``frontier.standby``), i
 records the changelog offset it is complete up to and only newer changelog records are replayed.
 After a crash the local files are wiped and the partition is rebuilt from the whole (compacted)
 changelog, so nothing that was never acknowledged by Kafka survives locally and diverges.
+
+A local copy also records *when* it was complete (the clean close, or the last time a standby
+copy had caught up). Replaying only the tail is right only while the tail still holds every
+tombstone written since: compaction removes a tombstone ``delete.retention.ms`` (24 h by
+default) after it was written, and a copy older than that would keep deleted leases, pauses and
+queued URLs forever. So is a tail that no longer starts right after the copy's offset (the low
+watermark moved past it). Either way the copy is wiped and the partition rebuilt
+(:func:`restore_plan`, pure, decides).
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 
 from frontier.kafka_io import watermarks
-from frontier.store import META, RocksKV
+from frontier.store import KV, META, RocksKV
 
 log = logging.getLogger(__name__)
 
 CLEAN_KEY = META + b"clean-offset"  # present only while the database is closed cleanly
+CLEAN_AT_KEY = META + b"clean-at"  # wall-clock time (epoch s) of that clean close
 STANDBY_KEY = META + b"standby-offset"  # a standby copy: only changelog records, applied up to here
+STANDBY_AT_KEY = META + b"standby-at"  # every changelog record written before this time is in the copy
+MARKER_KEYS = (CLEAN_KEY, CLEAN_AT_KEY, STANDBY_KEY, STANDBY_AT_KEY)
+
+DEFAULT_DELETE_RETENTION = 24 * 3600.0  # Kafka's delete.retention.ms default, in seconds
+MAX_MARGIN = 600.0  # a copy is trusted only this much (or 10 % of the retention) short of it
 
 
 def db_path(state_dir: str | Path, app_id: str, partition: int) -> Path:
     return Path(state_dir) / app_id / f"p{partition}"
 
 
-def open_partition(path: Path, client_conf: dict[str, Any], topic: str, partition: int) -> tuple[RocksKV, int]:
+@dataclass(frozen=True, slots=True)
+class LocalCopy:
+    """What a local store says about itself: complete up to changelog ``offset``, and holding
+    every changelog record written before wall-clock time ``at`` (None: not recorded)."""
+
+    offset: int
+    at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    trust: bool  # replay only the changelog after the copy's offset; else wipe and rebuild
+    reason: str
+
+
+def restore_plan(
+    offset: int | None,
+    closed_at: float | None,
+    now: float,
+    retention: float,
+    low: int,
+    high: int | None = None,
+) -> Plan:
+    """Whether a local copy complete up to changelog ``offset`` as of ``closed_at`` may be
+    completed by replaying the tail alone, at wall-clock time ``now``.
+
+    ``retention`` is the changelog's ``delete.retention.ms`` in seconds; ``low`` (and ``high``,
+    when known) are the partition's current watermarks. Pure: no clock, no Kafka.
+    """
+    if offset is None:
+        return Plan(False, "no clean or standby marker")
+    if closed_at is None or not math.isfinite(closed_at):
+        return Plan(False, "the copy's close time is not recorded")
+    if not math.isfinite(now) or not math.isfinite(retention):
+        return Plan(False, "no usable clock or retention")
+    if low > offset + 1:
+        return Plan(False, f"the changelog now starts at offset {low}, after the copy's {offset} + 1")
+    if high is not None and high < offset + 1:
+        return Plan(False, f"the changelog ends at offset {high - 1}, before the copy's {offset}")
+    margin = min(max(retention, 0.0) * 0.1, MAX_MARGIN)
+    age = now - closed_at
+    if age < -margin:
+        return Plan(False, f"the copy's close time is {-age:.0f}s in the future (the clock moved back)")
+    if age > retention - margin:
+        return Plan(False, f"the copy is {age:.0f}s old, tombstones are kept {retention:.0f}s")
+    return Plan(True, f"clean at offset {offset}, {max(age, 0.0):.0f}s old")
+
+
+def local_copy(kv: KV) -> LocalCopy | None:
+    """The clean marker (or else the standby marker) of a store, None if it has neither."""
+    for offset_key, at_key in ((CLEAN_KEY, CLEAN_AT_KEY), (STANDBY_KEY, STANDBY_AT_KEY)):
+        raw = kv.get(offset_key)
+        if raw is None:
+            continue
+        try:
+            offset = int(raw)
+        except ValueError:
+            return None
+        at_raw = kv.get(at_key)
+        at: float | None = None
+        if at_raw is not None:
+            try:
+                at = float(at_raw)
+            except ValueError:
+                at = None
+        return LocalCopy(offset, at)
+    return None
+
+
+def encode_time(t: float) -> bytes:
+    return repr(float(t)).encode()
+
+
+def delete_retention(client_conf: dict[str, Any], topic: str, timeout: float = 10.0) -> float:
+    """The topic's ``delete.retention.ms`` in seconds; 24 h (Kafka's default) if unreadable."""
+    try:
+        admin = AdminClient(dict(client_conf))
+        resource = ConfigResource(ResourceType.TOPIC, topic)
+        futures = admin.describe_configs([resource], request_timeout=timeout)
+        entries = futures[resource].result(timeout=timeout + 5)
+        return int(entries["delete.retention.ms"].value) / 1000.0
+    except Exception as exc:  # noqa: BLE001 — any failure means "assume the default"
+        log.warning("delete.retention.ms of %s not readable (%s): assuming 24 h", topic, exc)
+        return DEFAULT_DELETE_RETENTION
+
+
+def open_partition(
+    path: Path,
+    client_conf: dict[str, Any],
+    topic: str,
+    partition: int,
+    now: float | None = None,
+    retention: float | None = None,
+) -> tuple[RocksKV, int]:
     """Open (and restore) one partition's store. Returns the store and the number of records replayed.
 
-    Blocking: call it from a thread.
+    ``now`` is the wall-clock time (default: ``time.time()``), ``retention`` the changelog's
+    ``delete.retention.ms`` in seconds (default: read from the topic). Blocking: call it from a thread.
     """
     start: int = OFFSET_BEGINNING
     if path.exists():
         kv = RocksKV(path)
-        marker = kv.get(CLEAN_KEY) or kv.get(STANDBY_KEY)
-        if marker is not None:
-            start = int(marker) + 1
-            kv.delete(CLEAN_KEY)  # from now on the local copy is "dirty" until closed cleanly
-            kv.delete(STANDBY_KEY)
+        copy = local_copy(kv)
+        if copy is None:
+            plan = Plan(False, "no clean or standby marker")
         else:
+            low, high = changelog_watermarks(client_conf, topic, partition)
+            if retention is None:
+                retention = delete_retention(client_conf, topic)
+            plan = restore_plan(copy.offset, copy.at, time.time() if now is None else now, retention, low, high)
+        if copy is not None and plan.trust:
+            start = copy.offset + 1
+            for key in MARKER_KEYS:  # from now on the local copy is "dirty" until closed cleanly
+                kv.delete(key)
+        else:
+            log.info("partition %d: local state not trusted (%s), rebuilding from the changelog", partition,
+                     plan.reason)  # fmt: skip
             kv.close()
             RocksKV.destroy(path)
             kv = RocksKV(path)
@@ -98,17 +219,23 @@ def replay(kv: RocksKV, client_conf: dict[str, Any], topic: str, partition: int,
         consumer.close()
 
 
-def close_partition(kv: RocksKV, last_offset: int) -> None:
-    """Mark the store clean at ``last_offset`` (every write up to it is in the changelog), then close."""
+def close_partition(kv: RocksKV, last_offset: int, now: float | None = None) -> None:
+    """Mark the store clean at ``last_offset`` (every write up to it is in the changelog) as of
+    wall-clock time ``now`` (default: ``time.time()``), then close."""
+    kv.put(CLEAN_AT_KEY, encode_time(time.time() if now is None else now))
     kv.put(CLEAN_KEY, str(last_offset).encode())
     kv.close()
 
 
-def changelog_end(client_conf: dict[str, Any], topic: str, partition: int) -> int:
-    """The offset of the last record in the changelog partition (-1 when empty)."""
+def changelog_watermarks(client_conf: dict[str, Any], topic: str, partition: int) -> tuple[int, int]:
+    """(low, high) offsets of the changelog partition."""
     consumer = Consumer({**client_conf, "group.id": f"restore-{uuid.uuid4().hex}"})
     try:
-        _, high = watermarks(consumer, topic, partition)
-        return high - 1
+        return watermarks(consumer, topic, partition)
     finally:
         consumer.close()
+
+
+def changelog_end(client_conf: dict[str, Any], topic: str, partition: int) -> int:
+    """The offset of the last record in the changelog partition (-1 when empty)."""
+    return changelog_watermarks(client_conf, topic, partition)[1] - 1
