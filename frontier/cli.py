@@ -59,7 +59,7 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from topics.catalog import create_all
+    from topics.catalog import check_limits, create_all
 
     cfg = _config(args)
     topics = cfg.topics
@@ -71,6 +71,14 @@ def cmd_topics(args: argparse.Namespace) -> int:
     for name in created:
         print(f"created {name}")
     print(f"{len(created)} topic(s) created, {topics.partitions} partitions each")
+    # existing topics are left as they are: say whether they take the largest records we produce
+    problems = check_limits(cfg.kafka.client_conf(), topics, max_body_bytes=cfg.worker.max_body_bytes)
+    for problem in problems:
+        print(f"problem: {problem}")
+    if problems:
+        print(f"{len(problems)} topic(s) would refuse records the crawl produces: fix them before starting it")
+        return 1
+    print("max.message.bytes: every topic takes the largest records the crawl produces")
     return 0
 
 

@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -31,11 +32,60 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from topics.catalog import Topics
+from topics.catalog import MAX_PAGE_BODY_BYTES, Topics
 
 
 class ConfigError(ValueError):
     """The configuration is invalid; the message names the key."""
+
+
+DAY = 86400.0
+MONTH = 30 * DAY
+
+
+@dataclass(frozen=True)
+class Range:
+    """The values a numeric key accepts: finite, within [lo, hi] (``(lo, hi]`` when ``lo_open``),
+    integral when ``integer``. NaN and infinities never pass: NaN fails every comparison, so a
+    NaN delay slipped through ``delay < 0`` and sent jobs to a host all at once."""
+
+    lo: float
+    hi: float
+    lo_open: bool = False
+    integer: bool = False
+    why: str = ""  # said after the range when a bound has a reason worth giving
+
+    def check(self, where: str, value: object) -> None:
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if ok and self.integer:
+            ok = isinstance(value, int)
+        if ok:
+            v = float(value)  # type: ignore[arg-type]
+            ok = math.isfinite(v) and (v > self.lo if self.lo_open else v >= self.lo) and v <= self.hi
+        if not ok:
+            kind = "an integer" if self.integer else "a finite number"
+            low = f"> {_num(self.lo)}" if self.lo_open else f">= {_num(self.lo)}"
+            why = f" ({self.why})" if self.why else ""
+            raise ConfigError(f"{where}: must be {kind} {low} and <= {_num(self.hi)}{why}, got {value!r}")
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if x == int(x) else repr(x)
+
+
+def _check_ranges(obj: Any, ranges: Mapping[str, Range], where: str) -> None:
+    """Check the fields of the dataclass ``obj`` that ``ranges`` names (every numeric field has
+    a range: tests/test_config.py checks that none is missing)."""
+    for name, allowed in ranges.items():
+        allowed.check(f"{where}.{name}", getattr(obj, name))
+
+
+GAP = Range(0, DAY)  # seconds between two requests to one scope (also the cap of `scope set --delay`)
+POSITIVE_GAP = Range(0, DAY, lo_open=True)
+WINDOW = Range(0, MONTH, lo_open=True)  # a time window, seconds
+CONCURRENCY = Range(1, 1000, integer=True)  # requests in flight (also the cap of `scope set --concurrency`)
+PORT = Range(0, 65535, integer=True)
+JITTER_MAX = 10.0  # a gap is multiplied by at most 1 + JITTER_MAX
 
 
 BACKOFF_CODES = (429, 502, 503, 504, 520, 521, 522, 523, 524)
@@ -92,33 +142,44 @@ class ScopeSettings:
     robots_max_delay: float = 60.0  # cap on Crawl-delay / Request-rate
 
     def validate(self, where: str) -> None:
-        def bad(key: str, what: str, value: object) -> ConfigError:
-            return ConfigError(f"{where}.{key}: {what}, got {value!r}")
-
-        if self.delay < 0:
-            raise bad("delay", "must be a number >= 0", self.delay)
-        if self.concurrency < 1:
-            raise bad("concurrency", "must be an integer >= 1", self.concurrency)
+        _check_ranges(self, SCOPE_RANGES, where)
         lo, hi = self.jitter
-        if not (-1 < lo <= hi):
-            raise bad("jitter", "must be j in [0, 1) or [lo, hi] with -1 < lo <= hi", self.jitter)
-        at = self.autothrottle
-        if at.target_concurrency <= 0:
-            raise bad("autothrottle.target_concurrency", "must be > 0", at.target_concurrency)
-        if at.start_delay < 0 or at.max_delay <= 0:
-            raise bad("autothrottle", "start_delay must be >= 0 and max_delay > 0", (at.start_delay, at.max_delay))
-        b = self.backoff
-        if b.factor < 1 or b.min_delay < 0 or b.max_delay < b.min_delay or b.window <= 0:
-            raise bad("backoff", "needs factor >= 1, 0 <= min_delay <= max_delay, window > 0", b)
-        r = self.rampup
-        if r.min_delay <= 0 or r.window <= 0 or r.max_concurrency < 1 or not (0 <= r.target[0] <= r.target[1]):
-            raise bad("rampup", "needs min_delay > 0, window > 0, max_concurrency >= 1, 0 <= target lo <= hi", r)
-        if self.quota < 0 or self.window <= 0:
-            raise bad("quota", "quota must be >= 0 and window > 0", (self.quota, self.window))
-        if self.gate_max <= 0 or self.robots_max_delay < 0:
-            raise bad(
-                "gate_max", "gate_max must be > 0 and robots_max_delay >= 0", (self.gate_max, self.robots_max_delay)
+        if not (math.isfinite(lo) and math.isfinite(hi) and -1 < lo <= hi <= JITTER_MAX):
+            raise ConfigError(
+                f"{where}.jitter: must be j in [0, 1) or [lo, hi] with -1 < lo <= hi <= {JITTER_MAX:g}, "
+                f"got {self.jitter!r}"
             )
+        at = self.autothrottle
+        _check_ranges(at, AUTOTHROTTLE_RANGES, f"{where}.autothrottle")
+        b = self.backoff
+        _check_ranges(b, BACKOFF_RANGES, f"{where}.backoff")
+        if b.max_delay < b.min_delay:
+            raise ConfigError(
+                f"{where}.backoff.max_delay: must be >= backoff.min_delay ({b.min_delay}), got {b.max_delay}"
+            )
+        for code in b.codes:
+            if isinstance(code, bool) or not isinstance(code, int) or not 100 <= code <= 599:
+                raise ConfigError(f"{where}.backoff.codes: must be HTTP status codes (100..599), got {code!r}")
+        r = self.rampup
+        _check_ranges(r, RAMPUP_RANGES, f"{where}.rampup")
+        tlo, thi = r.target
+        if not all(isinstance(t, int) and not isinstance(t, bool) for t in r.target) or not 0 <= tlo <= thi <= 10**6:
+            raise ConfigError(f"{where}.rampup.target: must be integers 0 <= lo <= hi <= 1000000, got {r.target!r}")
+
+
+SCOPE_RANGES = {
+    "delay": GAP, "concurrency": CONCURRENCY, "gate_max": WINDOW, "quota": Range(0, 1e12), "window": WINDOW,
+    "robots_max_delay": GAP,
+}  # fmt: skip
+AUTOTHROTTLE_RANGES = {
+    "start_delay": GAP,
+    "max_delay": POSITIVE_GAP,
+    "target_concurrency": Range(0, 1000, lo_open=True),
+}
+BACKOFF_RANGES = {
+    "factor": Range(1, 100), "min_delay": GAP, "max_delay": GAP, "window": WINDOW, "trouble_max": POSITIVE_GAP,
+}  # fmt: skip
+RAMPUP_RANGES = {"window": WINDOW, "min_delay": POSITIVE_GAP, "max_concurrency": CONCURRENCY}
 
 
 @dataclass(frozen=True)
@@ -161,15 +222,22 @@ class FrontierConfig:
     embedded_router: bool = True  # route crawl.urls in this process; false: run `crawl-frontier router`
 
     def validate(self) -> None:
-        for name in ("job_ttl", "fetch_timeout", "lease_grace"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"frontier.{name}: must be > 0")
-        if self.max_retries < 0:
-            raise ConfigError("frontier.max_retries: must be >= 0")
-        if self.max_inflight < 1:
-            raise ConfigError("frontier.max_inflight: must be >= 1")
-        if self.standby_replicas not in (0, 1):
-            raise ConfigError("frontier.standby_replicas: must be 0 or 1")
+        _check_ranges(self, FRONTIER_RANGES, "frontier")
+
+
+FRONTIER_RANGES = {
+    "job_ttl": POSITIVE_GAP,
+    "fetch_timeout": Range(0, 3600, lo_open=True),
+    "lease_grace": Range(0, 3600, lo_open=True),
+    "max_retries": Range(0, 100, integer=True),
+    "max_inflight": Range(1, 1_000_000, integer=True),
+    "standby_replicas": Range(0, 1, integer=True),
+    "dispatch_lead": Range(0, 60),
+    "robots_ttl": Range(0, 365 * DAY, lo_open=True),
+    "robots_retry": WINDOW,
+    "status_interval": Range(0, 3600, lo_open=True),
+    "web_port": PORT,
+}
 
 
 @dataclass(frozen=True)
@@ -191,10 +259,20 @@ class WorkerConfig:
                 ipaddress.ip_network(net, strict=False)
             except ValueError:
                 raise ConfigError(f"worker.allow_networks: {net!r} is not an IP network (CIDR)") from None
-        if self.concurrency < 1:
-            raise ConfigError("worker.concurrency: must be >= 1")
-        if self.max_body_bytes < 1024:
-            raise ConfigError("worker.max_body_bytes: must be >= 1024")
+        _check_ranges(self, WORKER_RANGES, "worker")
+
+
+WORKER_RANGES = {
+    "concurrency": Range(1, 10_000, integer=True),
+    # a page carries its body as base64 with its headers: it must fit the pages topic's limit
+    # (topics.catalog.MAX_PAGE_BODY_BYTES), or publishing it fails after the fetch
+    "max_body_bytes": Range(
+        1024, MAX_PAGE_BODY_BYTES, integer=True, why="a page with its headers must fit crawl.pages"
+    ),
+    "max_redirects": Range(0, 50, integer=True),
+    "metrics_port": PORT,
+}
+TOPICS_RANGES = {"partitions": Range(1, 10_000, integer=True), "replication": Range(1, 100, integer=True)}
 
 
 @dataclass(frozen=True)
@@ -208,6 +286,15 @@ class Config:
     def with_bootstrap(self, bootstrap: str) -> Config:
         return replace(self, kafka=replace(self.kafka, bootstrap=bootstrap))
 
+    def validate(self) -> None:
+        """Check every section (from_dict does; so does load after the environment overrides)."""
+        _check_ranges(self.topics, TOPICS_RANGES, "topics")
+        self.frontier.validate()
+        self.worker.validate()
+        self.throttle.default.validate("throttle")
+        for name, scope in self.throttle.scopes.items():
+            scope.validate(f"throttle.scopes.{name!r}")
+
 
 def _section(data: Mapping[str, Any], cls: type[Any], where: str) -> Any:
     known = {f.name for f in fields(cls)}
@@ -219,7 +306,7 @@ def _section(data: Mapping[str, Any], cls: type[Any], where: str) -> Any:
         expected = type(getattr(defaults, key))
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             continue
-        if expected in (int, float, str) and (type(value) is not expected):
+        if expected in (int, float, str, bool) and (type(value) is not expected):
             raise ConfigError(f"{where}.{key}: expected {expected.__name__}, got {value!r}")
     return cls(**data)
 
@@ -311,10 +398,7 @@ def from_dict(data: Mapping[str, Any]) -> Config:
     kafka = _section(kafka_d, KafkaConfig, "kafka")
     kafka = replace(kafka, extra={str(k): str(v) for k, v in extra.items()})
     topics = _section(data.get("topics", {}), Topics, "topics")
-    if topics.partitions < 1:
-        raise ConfigError("topics.partitions: must be >= 1")
-    if topics.replication < 1:
-        raise ConfigError("topics.replication: must be >= 1")
+    _check_ranges(topics, TOPICS_RANGES, "topics")
     frontier = _section(data.get("frontier", {}), FrontierConfig, "frontier")
     frontier.validate()
     worker_d = dict(data.get("worker", {}))
@@ -360,7 +444,9 @@ def load(path: str | Path | None, env: Mapping[str, str] | None = None) -> Confi
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: invalid TOML: {exc}") from None
     env = os.environ if env is None else env
-    return apply_env(from_dict(merge_env(data, env)), env)
+    cfg = apply_env(from_dict(merge_env(data, env)), env)
+    cfg.validate()  # the short environment forms (CRAWL_PARTITIONS=0) are checked too
+    return cfg
 
 
 ENV_PREFIX = "CRAWL__"

@@ -1,5 +1,6 @@
 """Configuration is validated at load with messages that name the key."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -138,3 +139,160 @@ def all_keys() -> list[str]:
         walk(type(getattr(Config(), section)), f"{section}.")
     walk(ScopeSettings, "throttle.")
     return [*keys, "kafka.extra", "throttle.scopes"]
+
+
+def numeric_keys() -> list[tuple[str, type]]:
+    """Every numeric key the loader accepts, with its type (int or float)."""
+    from frontier.config import Config, ScopeSettings
+
+    out: list[tuple[str, type]] = []
+    for key in all_keys():
+        if key in ("kafka.extra", "throttle.scopes"):
+            continue
+        section, *path = key.split(".")
+        node: object = ScopeSettings() if section == "throttle" else getattr(Config(), section)
+        for part in path:
+            node = getattr(node, part)
+        if isinstance(node, int | float) and not isinstance(node, bool):
+            out.append((key, type(node)))
+    return out
+
+
+def nested(key: str, value: object) -> dict[str, object]:
+    """``{"a": {"b": value}}`` for ``"a.b"``."""
+    data: dict[str, object] = {}
+    node = data
+    *path, last = key.split(".")
+    for part in path:
+        child: dict[str, object] = {}
+        node[part] = child
+        node = child
+    node[last] = value
+    return data
+
+
+def test_every_numeric_key_has_a_range() -> None:
+    from dataclasses import fields
+
+    from frontier import config as c
+    from topics.catalog import Topics
+
+    ranges: dict[type, dict[str, c.Range]] = {
+        c.ScopeSettings: c.SCOPE_RANGES, c.AutoThrottleSettings: c.AUTOTHROTTLE_RANGES,
+        c.BackoffSettings: c.BACKOFF_RANGES, c.RampupSettings: c.RAMPUP_RANGES,
+        c.FrontierConfig: c.FRONTIER_RANGES, c.WorkerConfig: c.WORKER_RANGES, Topics: c.TOPICS_RANGES,
+    }  # fmt: skip
+    for cls, table in ranges.items():
+        numeric = {f.name for f in fields(cls) if type(getattr(cls(), f.name)) in (int, float)}
+        assert numeric == set(table), cls.__name__
+    assert len(numeric_keys()) >= 30  # the walk numeric_keys() does finds them all
+
+
+@pytest.mark.parametrize(("key", "kind"), numeric_keys())
+def test_no_numeric_key_takes_nan_or_infinity(key: str, kind: type) -> None:
+    """NaN compared false with every bound: throttle.delay = nan loaded and sent jobs at once."""
+    for bad in (float("nan"), float("inf"), float("-inf"), 1e300, -1e300):
+        with pytest.raises(ConfigError) as exc:
+            from_dict(nested(key, bad))
+        assert str(exc.value).startswith(f"{key}: "), (bad, str(exc.value))
+    if kind is float:
+        with pytest.raises(ConfigError, match=rf"^{re.escape(key)}: must be a finite number .*got nan$"):
+            from_dict(nested(key, float("nan")))
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("throttle.delay", float("nan"), "throttle.delay: must be a finite number >= 0 and <= 86400, got nan"),
+        ("throttle.delay", 90000.0, "throttle.delay: must be a finite number >= 0"),
+        ("throttle.window", float("inf"), "throttle.window: must be a finite number > 0"),
+        ("throttle.gate_max", 0, "throttle.gate_max: must be a finite number > 0"),
+        ("throttle.robots_max_delay", -1, "throttle.robots_max_delay: must be a finite number >= 0"),
+        ("throttle.quota", float("inf"), "throttle.quota"),
+        ("throttle.concurrency", 5000, "throttle.concurrency: must be an integer >= 1 and <= 1000"),
+        ("throttle.jitter", [0.0, float("inf")], "throttle.jitter"),
+        ("throttle.jitter", [float("nan"), 0.1], "throttle.jitter"),
+        ("throttle.jitter", float("nan"), "throttle.jitter"),
+        ("throttle.autothrottle.start_delay", -1, "throttle.autothrottle.start_delay"),
+        ("throttle.autothrottle.max_delay", 0, "throttle.autothrottle.max_delay"),
+        ("throttle.autothrottle.target_concurrency", float("nan"), "throttle.autothrottle.target_concurrency"),
+        ("throttle.backoff.window", float("inf"), "throttle.backoff.window"),
+        ("throttle.backoff.factor", 1e9, "throttle.backoff.factor"),
+        ("throttle.backoff.min_delay", float("nan"), "throttle.backoff.min_delay"),
+        ("throttle.backoff.max_delay", 0.1, "throttle.backoff.max_delay: must be >= backoff.min_delay"),
+        ("throttle.backoff.trouble_max", 0, "throttle.backoff.trouble_max"),
+        ("throttle.backoff.codes", [42], "throttle.backoff.codes"),
+        ("throttle.backoff.codes", [True], "throttle.backoff.codes"),
+        ("throttle.rampup.window", float("inf"), "throttle.rampup.window"),
+        ("throttle.rampup.min_delay", float("nan"), "throttle.rampup.min_delay"),
+        ("throttle.rampup.max_concurrency", 0, "throttle.rampup.max_concurrency"),
+        ("throttle.rampup.target", [-1, 2], "throttle.rampup.target"),
+        ("frontier.robots_ttl", -1.0, "frontier.robots_ttl: must be a finite number > 0"),
+        ("frontier.robots_ttl", float("inf"), "frontier.robots_ttl"),
+        ("frontier.dispatch_lead", -0.5, "frontier.dispatch_lead: must be a finite number >= 0"),
+        ("frontier.dispatch_lead", float("nan"), "frontier.dispatch_lead"),
+        ("frontier.robots_retry", 0, "frontier.robots_retry"),
+        ("frontier.status_interval", float("nan"), "frontier.status_interval"),
+        ("frontier.job_ttl", float("inf"), "frontier.job_ttl"),
+        ("frontier.fetch_timeout", float("nan"), "frontier.fetch_timeout"),
+        ("frontier.lease_grace", -1, "frontier.lease_grace"),
+        ("frontier.max_retries", -1, "frontier.max_retries: must be an integer >= 0"),
+        ("frontier.max_inflight", 0, "frontier.max_inflight"),
+        ("frontier.standby_replicas", 2, "frontier.standby_replicas"),
+        ("frontier.web_port", 70000, "frontier.web_port"),
+        ("frontier.robots_obey", "flase", "frontier.robots_obey: expected bool"),
+        ("worker.max_body_bytes", 16 * 1024 * 1024, "worker.max_body_bytes: must be an integer >= 1024 and <= "),
+        ("worker.max_body_bytes", 100, "worker.max_body_bytes"),
+        ("worker.max_redirects", -1, "worker.max_redirects"),
+        ("worker.metrics_port", -1, "worker.metrics_port"),
+        ("worker.concurrency", 0, "worker.concurrency"),
+        ("topics.partitions", 0, "topics.partitions"),
+        ("topics.replication", 0, "topics.replication"),
+    ],
+)
+def test_out_of_range_values_are_refused_naming_the_key(key: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        from_dict(nested(key, value))
+    assert str(exc.value).startswith(message), str(exc.value)
+    if key.startswith("throttle."):  # the same in a scope table, named with the scope
+        inner = key.removeprefix("throttle.")
+        with pytest.raises(ConfigError) as exc:
+            from_dict({"throttle": {"scopes": {"api": nested(inner, value)}}})
+        assert str(exc.value).startswith(f"throttle.scopes.'api'.{inner.split('.')[0]}"), str(exc.value)
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"CRAWL__THROTTLE__DELAY": "nan"}, "throttle.delay: must be a finite number >= 0 and <= 86400, got nan"),
+        ({"CRAWL__THROTTLE__WINDOW": "inf"}, "throttle.window: must be a finite number > 0"),
+        ({"CRAWL__FRONTIER__ROBOTS_TTL": "-1"}, "frontier.robots_ttl"),
+        ({"CRAWL__FRONTIER__DISPATCH_LEAD": "-inf"}, "frontier.dispatch_lead"),
+        ({"CRAWL__THROTTLE__AUTOTHROTTLE__START_DELAY": "nan"}, "throttle.autothrottle.start_delay"),
+        ({"CRAWL__WORKER__MAX_BODY_BYTES": str(64 * 1024 * 1024)}, "worker.max_body_bytes"),
+        ({"CRAWL_PARTITIONS": "0"}, "topics.partitions"),
+    ],
+)
+def test_environment_overrides_are_checked_too(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as exc:
+        load(None, env)
+    assert str(exc.value).startswith(message), str(exc.value)
+
+
+def test_the_body_cap_keeps_a_page_within_the_pages_topic() -> None:
+    """A body cap above what crawl.pages takes made every large page fail to publish."""
+    from frontier.kafka_io import producer_conf
+    from topics.catalog import MAX_PAGE_BODY_BYTES, PAGES, PRODUCER_MAX_BYTES, page_record_bytes
+
+    assert PRODUCER_MAX_BYTES == producer_conf({})["message.max.bytes"]
+    assert page_record_bytes(MAX_PAGE_BODY_BYTES) <= PAGES.max_message_bytes <= PRODUCER_MAX_BYTES
+    assert from_dict({"worker": {"max_body_bytes": MAX_PAGE_BODY_BYTES}}).worker.max_body_bytes == MAX_PAGE_BODY_BYTES
+    with pytest.raises(ConfigError, match=r"crawl\.pages"):
+        from_dict({"worker": {"max_body_bytes": MAX_PAGE_BODY_BYTES + 1}})
+
+
+def test_defaults_and_the_deployment_config_are_valid() -> None:
+    from frontier.config import Config
+
+    Config().validate()
+    load(Path(__file__).parent.parent / "deploy" / "crawl.toml", env={}).validate()
