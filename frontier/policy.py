@@ -69,6 +69,9 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     srv_remaining: int = -1  # RateLimit remaining > 0 told by the server (-1: none)
     srv_until: float = 0.0
     srv_spread: float = 0.0  # seconds between requests to spread the published budget
+    srv_lo: float = 0.0  # the published window ends after this...
+    srv_hi: float = 0.0  # ...and no later than this (narrowed by each answer of the same window)
+    srv_seen: int = -1  # the remaining count last published
     ru_delay: float = -1.0  # rampup's delay (< 0: the configured delay)
     ru_concurrency: int = 0  # rampup's concurrency (0: the configured concurrency)
     ru_window_start: float = -1.0
@@ -313,9 +316,18 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
         # with the margin), spread evenly over it (those in flight already count against it). The
         # pacing itself takes no margin: paced at reset/remaining, the last request lands at the
         # reset, in the next window, and the stop is never reached when the budget is kept.
+        #
+        # The reset is in whole seconds, rounded up: it says the window ends within (t-1, t]. Each
+        # response of the same window narrows that down (the intersection), so a fixed window of
+        # 5 s is not paced as if it were up to a second longer.
         left = max(0, rl.remaining - state.inflight)
-        spread = rl.reset / left if left else 0.0
-        state = rep(state, srv_remaining=left, srv_until=now + with_margin(rl.reset), srv_spread=spread)
+        hi, lo = now + rl.reset, now - 0.2 + rl.reset - 1.0  # 0.2: the answer is read after it was written
+        same = 0 <= rl.remaining <= state.srv_seen and state.srv_hi > now and lo <= state.srv_hi and hi >= state.srv_lo
+        if same:
+            lo, hi = max(lo, state.srv_lo), min(hi, state.srv_hi)
+        spread = (hi - now) / left if left else 0.0
+        state = rep(state, srv_remaining=left, srv_until=now + with_margin(hi - now), srv_spread=spread,
+                    srv_lo=lo, srv_hi=hi, srv_seen=rl.remaining)  # fmt: skip
         if s.quota > 0:
             state = rep(state, quota_used=max(0.0, s.quota - rl.remaining))
     kind = adapt.classify(ev.status, ev.error, trigger, gate is not None)

@@ -112,3 +112,34 @@ async def test_a_server_stated_interval_counts_from_the_end_of_the_previous_resp
     assert len(arrivals) == 3
     gaps = [b - a for a, b in zip(ends, arrivals[1:], strict=False)]
     assert all(g >= 0.5 for g in gaps), gaps
+
+
+async def test_a_robots_redirect_is_reported_not_followed() -> None:
+    """robots.txt hops go back to the frontier one at a time (each through the host's throttling):
+    the worker makes one request and reports where the redirect points."""
+    hits: list[str] = []
+
+    async def moved(request: web.Request) -> web.StreamResponse:
+        hits.append(request.path)
+        return web.Response(status=301, headers={"Location": "/elsewhere/robots.txt"})
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", moved)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, HOST, port).start()
+    producer = FakeProducer()
+    try:
+        worker = make_worker(producer)
+        now = time.time()
+        robots = replace(job(f"http://{HOST}:{port}/robots.txt", "R1", now, now + 30), kind="robots")
+        async with aiohttp.ClientSession() as session:
+            await worker._handle(session, asyncio.Semaphore(2), message(robots))  # type: ignore[arg-type]
+            if worker._feedback_task is not None:
+                await asyncio.wait_for(worker._feedback_task, 5)
+    finally:
+        await runner.cleanup()
+    assert hits == ["/robots.txt"]
+    [fb] = producer.feedback()
+    assert fb.status == 301 and fb.headers["location"] == "/elsewhere/robots.txt"

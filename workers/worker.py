@@ -382,7 +382,9 @@ class FetchWorker:
         url = job.item.url
         try:
             if job.kind == "robots":
-                return await fetch(session, url, job.timeout, MAX_ROBOTS_BYTES, max_redirects=5, on_sent=on_sent)
+                # no redirects followed here: the frontier sends each hop as a job of its own, through
+                # the host's throttling (RFC 9309 asks for at least five hops; see frontier.partition)
+                return await fetch(session, url, job.timeout, MAX_ROBOTS_BYTES, on_sent=on_sent)
             return await fetch(session, url, job.timeout, self.cfg.worker.max_body_bytes, on_sent=on_sent)
         except Exception as exc:  # reported as an error, never silence (a poison URL)
             log.exception("fetch of %s failed unexpectedly", url)
@@ -393,8 +395,10 @@ class FetchWorker:
         page_out = False
         try:
             if job.kind == "robots":
-                await self._report(self._feedback_of(job, result, "error" if result.error else "fetched",
-                                                     body=result.body))  # fmt: skip
+                fb = self._feedback_of(job, result, "error" if result.error else "fetched", body=result.body)
+                if 300 <= result.status < 400 and "location" in result.headers:
+                    fb.headers["location"] = result.headers["location"][:2048]  # the next hop, for the frontier
+                await self._report(fb)
                 return
             if is_retryable(result, self._backoff_codes(job.item)) and job.retries_left > 0:
                 await self._report(self._feedback_of(job, result, "retry"))
