@@ -214,7 +214,9 @@ class FrontierConfig:
     dispatch_lead: float = 0.1  # send a job this much before its slot; the worker holds it until not_before
     robots_obey: bool = True  # fetch robots.txt before a host's first page and obey it
     robots_ttl: float = 86400.0  # seconds a fetched robots.txt stays valid
-    robots_retry: float = 60.0  # after a 5xx/network error (everything disallowed), retry this much later
+    robots_retry: float = 60.0  # robots.txt without an answer (5xx, 429, network, TLS): first retry after this
+    robots_retry_max: float = 6 * 3600.0  # ...doubling per failure up to this
+    robots_give_up: float = 86400.0  # unreachable this long: the origin's URLs end with an error page (<= 30 days)
     debug_throttle: bool = False  # log every delay change of every scope with its cause
     status_interval: float = 2.0  # seconds between status snapshots on crawl.frontier.status
     web_port: int = 0  # the live page, /api/status and /metrics (Prometheus); 0 disables it
@@ -235,6 +237,8 @@ FRONTIER_RANGES = {
     "dispatch_lead": Range(0, 60),
     "robots_ttl": Range(0, 365 * DAY, lo_open=True),
     "robots_retry": WINDOW,
+    "robots_retry_max": WINDOW,
+    "robots_give_up": Range(0, 30 * DAY, lo_open=True),  # RFC 9309: 30 days is the outer limit
     "status_interval": Range(0, 3600, lo_open=True),
     "web_port": PORT,
 }

@@ -70,11 +70,6 @@ _PRIO = struct.Struct(">IQ")
 _MAX_PRIO = 2**31 - 1
 SEP = "\x1f"  # between the scopes of a queue id
 ROBOTS_CACHE = 10_000
-# robots.txt unreachable: retries double from robots_retry up to this interval, and after
-# ROBOTS_GIVE_UP seconds of failures the origin's URLs end with an error page (RFC 9309 allows
-# a crawler to keep treating an unreachable robots.txt as "disallow all" for up to 30 days).
-ROBOTS_RETRY_MAX = 6 * 3600.0
-ROBOTS_GIVE_UP = 86400.0
 REPORT_KINDS = ("disallowed", "error")
 MAX_ROBOTS_REDIRECTS = 5  # report leases: a final page to publish, no fetch
 STATE_CACHE = 50_000  # scope states kept decoded in memory (bounded: RSS must not grow with domains)
@@ -97,6 +92,10 @@ _lease_dec = msgspec.json.Decoder(Lease)
 _override_dec = msgspec.json.Decoder(Override)
 _state_dec = msgspec.json.Decoder(policy.ScopeState)
 _robots_dec = msgspec.json.Decoder(RobotsRecord)
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
 
 
 def _join(base: str, location: str) -> str:
@@ -345,11 +344,12 @@ class PartitionFrontier:
         rec = rules.record
         if not rules.unavailable:
             return rec.fetched_at + self.settings.robots_ttl
-        return rec.fetched_at + retry_after_failures(rec.failures, self.settings.robots_retry, ROBOTS_RETRY_MAX)
+        retry, most = self.settings.robots_retry, max(self.settings.robots_retry, self.settings.robots_retry_max)
+        return rec.fetched_at + retry_after_failures(rec.failures, retry, most)
 
     def _robots_given_up(self, rules: Rules) -> bool:
         rec = rules.record
-        return rules.unavailable and rec.fetched_at - rec.failing_since >= ROBOTS_GIVE_UP
+        return rules.unavailable and rec.fetched_at - rec.failing_since >= self.settings.robots_give_up
 
     # -- events -------------------------------------------------------------------------------------
     def ingest(self, items: Iterable[UrlItem], now: float) -> int:
@@ -395,8 +395,8 @@ class PartitionFrontier:
                 if rules.unavailable or not rules.allowed(item.url):
                     if rules.unavailable:
                         rec = rules.record
-                        error = f"robots.txt unreachable for {(now - rec.failing_since) / 3600:.1f} h"
-                        error += f" (last: {rec.error or rec.status})"
+                        error = f"robots.txt unreachable for {_duration(now - rec.failing_since)}"
+                        error += f" ({rec.failures} attempts, last: {rec.error or rec.status})"
                         self._report(item, qkey, scopes, now, "error", error)
                         self.stats.failed += 1
                     else:

@@ -122,7 +122,8 @@ def test_hostile_servers_end_in_clear_error_kinds(bootstrap: str, tmp_path: Path
                   "garbage_retry_after": garbage_retry_after, "tls": ok}  # fmt: skip
     fleet = HostileFleet(behaviours, tls={"tls"}).start()
     stack = Stack(bootstrap, tmp_path / "stack", partitions=2,
-                  frontier={"fetch_timeout": 1.5, "max_retries": 1},
+                  # robots.txt over TLS fails too: disallow, retry after 1 s, give up after 3 s (not a day)
+                  frontier={"fetch_timeout": 1.5, "max_retries": 1, "robots_retry": 1.0, "robots_give_up": 3.0},
                   throttle={"delay": 0.1, "autothrottle": {"start_delay": 0}, "backoff": {"min_delay": 1.0}},
                   worker={"allow_networks": ["127.0.0.0/8"], "max_body_bytes": 1_000_000})  # fmt: skip
     reader = None
@@ -148,7 +149,10 @@ def test_hostile_servers_end_in_clear_error_kinds(bootstrap: str, tmp_path: Path
         assert by["huge_headers"].error == "bad_response"
         assert by["reset"].error in ("reset", "truncated")
         assert by["garbage_retry_after"].status == 429
-        assert by["tls"].error == "tls"
+        # RFC 9309: no usable robots.txt (here a TLS failure) means fetch nothing; in the end the URL
+        # is reported with the reason instead of waiting forever
+        assert by["tls"].outcome == "error" and "robots.txt unreachable" in by["tls"].error, by["tls"].error
+        assert "last: tls" in by["tls"].error
         # retries, with backoff after network errors and 429s; none for TLS or malformed responses
         for name in ("trickle", "reset", "garbage_retry_after"):
             first, second = fleet.hits[name][:2]
