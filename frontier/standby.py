@@ -123,17 +123,19 @@ class Standby:
                     self._stop.wait(0.2)
                     continue
                 for msg in consumer.consume(2000, timeout=0.2):
-                    if msg.error() is not None or msg.key() is None:
+                    if msg.error() is not None:
                         continue
                     p = msg.partition()
                     kv = self._stores.get(p) if p is not None else None
                     if kv is None or p is None:
                         continue
-                    value = msg.value()
-                    if value is None:
-                        kv.delete(msg.key())  # type: ignore[arg-type]
+                    key, value = msg.key(), msg.value()
+                    if key is None:
+                        pass  # nothing to apply, but the copy is complete past it
+                    elif value is None:
+                        kv.delete(key)
                     else:
-                        kv.put(msg.key(), value)  # type: ignore[arg-type]
+                        kv.put(key, value)
                     self._applied[p] = msg.offset() or 0
                 for p, offset in self._applied.items():
                     if p in self._stores:

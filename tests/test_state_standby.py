@@ -1,0 +1,137 @@
+"""When a standby copy was complete (issue 11 item 11): the time recorded is one before which every
+changelog record had been applied, also while the copy lags behind a busy changelog. The standby
+thread's steps are driven here by hand against a fake consumer (the real broker:
+tests/integration/test_state_retention.py)."""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from frontier.standby import Standby
+from frontier.state import STANDBY_AT_KEY, STANDBY_KEY, LocalCopy, close_partition, db_path, local_copy
+from frontier.store import RocksKV
+
+DAY = 24 * 3600.0
+
+
+class FakeConsumer:
+    def __init__(self) -> None:
+        self.low, self.high = 0, 0
+        self.asked = 0
+        self.assigned: list[TopicPartition] = []
+
+    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
+        self.asked += 1
+        return self.low, self.high
+
+    def incremental_assign(self, tps: list[TopicPartition]) -> None:
+        self.assigned.extend(tps)
+
+    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
+        pass
+
+
+class Clock:
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def standby(tmp_path: Path) -> Iterator[tuple[Standby, Clock, Any]]:
+    clock = Clock(1000.0)
+    sb = Standby({"bootstrap.servers": "127.0.0.1:1"}, "state", str(tmp_path), "app", clock=clock, retention=DAY,
+                 probe_interval=30.0)  # fmt: skip
+    sb.close()  # its thread is not used: the steps are driven by hand below
+    yield sb, clock, FakeConsumer()
+
+
+def stored(tmp_path: Path) -> LocalCopy | None:
+    kv = RocksKV(db_path(str(tmp_path), "app", 0))
+    try:
+        return local_copy(kv)
+    finally:
+        kv.close()
+
+
+def apply_upto(sb: Standby, offset: int) -> None:
+    sb._applied[0] = offset  # what the thread's consume loop does per record
+
+
+def test_a_lagging_copy_records_the_time_of_a_probe_it_has_caught_up_with(
+    standby: tuple[Standby, Clock, Any], tmp_path: Path
+) -> None:
+    sb, clock, consumer = standby
+    consumer.high = 10
+    sb._open(consumer, 0)  # nothing local: from the start
+    sb._probe(consumer, 0)  # t=1000: the changelog ends below 10
+    assert sb._stores[0].get(STANDBY_AT_KEY) is None
+    clock.t, consumer.high = 1010.0, 15
+    apply_upto(sb, 5)
+    sb._probe(consumer, 0)  # not there yet; no new question while one is pending
+    assert sb._stores[0].get(STANDBY_AT_KEY) is None and consumer.asked == 1
+    clock.t, consumer.high = 1040.0, 20
+    apply_upto(sb, 9)
+    sb._probe(consumer, 0)  # everything below 10 applied: complete as of 1000; asks again (below 20)
+    assert sb._stores[0].get(STANDBY_AT_KEY) == repr(1000.0).encode() and consumer.asked == 2
+    clock.t = 1100.0
+    apply_upto(sb, 15)
+    sb._close(consumer, 0)  # the final probe: still behind 20, so 1000 stays
+    assert stored(tmp_path) == LocalCopy(15, 1000.0)
+
+
+def test_a_caught_up_copy_records_each_probe_and_its_release(
+    standby: tuple[Standby, Clock, Any], tmp_path: Path
+) -> None:
+    sb, clock, consumer = standby
+    consumer.high = 3
+    sb._open(consumer, 0)
+    apply_upto(sb, 2)
+    sb._probe(consumer, 0)
+    assert sb._stores[0].get(STANDBY_AT_KEY) == repr(1000.0).encode()
+    clock.t = 1010.0
+    sb._probe(consumer, 0)  # not due yet
+    assert sb._stores[0].get(STANDBY_AT_KEY) == repr(1000.0).encode()
+    clock.t = 1031.0
+    sb._probe(consumer, 0)
+    assert sb._stores[0].get(STANDBY_AT_KEY) == repr(1031.0).encode()
+    clock.t = 1040.0
+    sb._close(consumer, 0)  # released for a takeover: complete as of now
+    assert stored(tmp_path) == LocalCopy(2, 1040.0)
+
+
+def test_an_empty_changelog_is_complete_from_the_start(standby: tuple[Standby, Clock, Any], tmp_path: Path) -> None:
+    sb, _clock, consumer = standby
+    consumer.low = consumer.high = 7  # everything deleted
+    sb._open(consumer, 0)
+    sb._probe(consumer, 0)
+    assert sb._stores[0].get(STANDBY_AT_KEY) == repr(1000.0).encode()
+    assert sb._stores[0].get(STANDBY_KEY) is None  # nothing applied: a takeover replays from the start
+    sb._close(consumer, 0)
+
+
+@pytest.mark.parametrize(("age", "trusted"), [(3600.0, True), (2 * DAY, False)])
+def test_a_clean_copy_becomes_a_standby_only_if_recent(
+    standby: tuple[Standby, Clock, Any], tmp_path: Path, age: float, trusted: bool
+) -> None:
+    sb, clock, consumer = standby
+    path = db_path(str(tmp_path), "app", 0)
+    kv = RocksKV(path)
+    kv.put(b"Lold", b"lease")
+    close_partition(kv, 4, now=clock.t - age)
+    consumer.high = 5
+    sb._open(consumer, 0)
+    start: Any = consumer.assigned[-1].offset
+    assert (start == 5) is trusted
+    assert (sb._stores[0].get(b"Lold") is not None) is trusted
+    sb._close(consumer, 0)
+    copy = stored(tmp_path)
+    if trusted:
+        assert copy == LocalCopy(4, clock.t)  # caught up (nothing after 4) at the release
+    else:
+        assert copy is None or copy.offset != 4
