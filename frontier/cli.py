@@ -59,7 +59,7 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from topics.catalog import check_limits, create_all
+    from topics.catalog import check_limits, create_all, raise_limits
 
     cfg = _config(args)
     topics = cfg.topics
@@ -72,7 +72,11 @@ def cmd_topics(args: argparse.Namespace) -> int:
         print(f"created {name}")
     print(f"{len(created)} topic(s) created, {topics.partitions} partitions each")
     # existing topics are left as they are: say whether they take the largest records we produce
-    problems = check_limits(cfg.kafka.client_conf(), topics, max_body_bytes=cfg.worker.max_body_bytes)
+    body = cfg.worker.max_body_bytes
+    if args.raise_limits:
+        for name in raise_limits(cfg.kafka.client_conf(), topics, max_body_bytes=body):
+            print(f"raised max.message.bytes of {name}")
+    problems = check_limits(cfg.kafka.client_conf(), topics, max_body_bytes=body)
     for problem in problems:
         print(f"problem: {problem}")
     if problems:
@@ -270,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("action", choices=["create"])
     t.add_argument("--partitions", type=int, default=0)
     t.add_argument("--replication", type=int, default=0)
+    t.add_argument("--raise-limits", action="store_true",
+                   help="raise max.message.bytes of existing topics that would refuse the crawl's records")  # fmt: skip
     t.set_defaults(func=cmd_topics)
 
     s = sub.add_parser("submit", help="publish URLs to crawl.urls")

@@ -23,12 +23,19 @@ limit, and each knows the largest record our code puts on it (``produced_bytes``
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, not in __all__
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
 from confluent_kafka.cimpl import NewTopic
 
 KiB = 1024
@@ -241,35 +248,90 @@ def check_limits(
     topic that is missing or whose limit is below the largest record the crawl produces on it
     (an empty list: all is well). ``max_body_bytes`` is the workers' ``worker.max_body_bytes``
     (None: the largest the configuration allows)."""
+    problems, _ = _limits(AdminClient(dict(admin_conf)), topics, max_body_bytes, timeout)
+    return problems
+
+
+def raise_limits(
+    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
+) -> list[str]:
+    """Raise ``max.message.bytes`` of every existing topic whose limit is below what the crawl
+    produces to the value a new topic gets (never lowers one); return the names changed."""
     admin = AdminClient(dict(admin_conf))
+    _, low = _limits(admin, topics, max_body_bytes, timeout)
+    if not low:
+        return []
+    entry = "max.message.bytes"
+    resources = [
+        ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
+            ConfigEntry(entry, str(value), incremental_operation=AlterConfigOpType.SET)])
+        for name, value in low.items()
+    ]  # fmt: skip
+    for future in admin.incremental_alter_configs(resources, request_timeout=timeout).values():
+        future.result()
+    deadline = time.monotonic() + timeout  # until every broker reports the new limits
+    while set(_limits(admin, topics, max_body_bytes, timeout, settle=0)[1]) & set(low):
+        if time.monotonic() >= deadline:
+            raise TopicLimitError([f"{name}: max.message.bytes raised, but not reported yet" for name in sorted(low)])
+        time.sleep(0.2)
+    return sorted(low)
+
+
+def _limits(
+    admin: AdminClient, topics: Topics, max_body_bytes: int | None, timeout: float, settle: float = 5.0
+) -> tuple[list[str], dict[str, int]]:
+    """(problems, {topic whose limit is too low: the limit it should have}). Topics created a
+    moment ago may not be in every broker's metadata yet: missing or unreadable topics are
+    looked up again for up to ``settle`` seconds before they count as problems."""
+    deadline = time.monotonic() + settle
+    while True:
+        problems, low, unsure = _limits_once(admin, topics, max_body_bytes, timeout)
+        if not unsure or time.monotonic() >= deadline:
+            return sorted(problems), low
+        time.sleep(0.2)
+
+
+def _limits_once(
+    admin: AdminClient, topics: Topics, max_body_bytes: int | None, timeout: float
+) -> tuple[list[str], dict[str, int], bool]:
     existing = admin.list_topics(timeout=timeout).topics
     problems: list[str] = []
+    low: dict[str, int] = {}
+    unsure = False
     specs: dict[str, TopicSpec] = {}
     for spec in ALL:
         name = topics.name(spec)
         if name in existing:
             specs[name] = spec
         else:
+            unsure = True
             problems.append(f"{name}: missing (run `crawl-frontier topics create`)")
     if not specs:
-        return problems
+        return problems, low, unsure
     resources = [ConfigResource(ResourceType.TOPIC, name) for name in specs]
     for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
         name = resource.name
         spec = specs[name]
-        entry = future.result().get("max.message.bytes")
+        try:
+            entry = future.result().get("max.message.bytes")
+        except KafkaException as exc:
+            unsure = True
+            problems.append(f"{name}: its configuration could not be read: {exc}")
+            continue
         if entry is None or entry.value is None:
             problems.append(f"{name}: max.message.bytes not reported by the broker")
             continue
         limit = int(entry.value)
         need = needed_bytes(spec, max_body_bytes)
         if limit < need:
+            low[name] = max(need, spec.max_message_bytes)
             problems.append(
                 f"{name}: max.message.bytes is {limit}, below the {need} bytes the crawl may put in one record; "
-                f"records that large would be refused. Raise it, e.g. kafka-configs.sh --alter --entity-type "
-                f"topics --entity-name {name} --add-config max.message.bytes={max(need, spec.max_message_bytes)}"
+                f"records that large would be refused. Raise it: `crawl-frontier topics create --raise-limits`, "
+                f"or kafka-configs.sh --alter --entity-type topics --entity-name {name} "
+                f"--add-config max.message.bytes={low[name]}"
             )
-    return sorted(problems)
+    return problems, low, unsure
 
 
 def ensure_limits(

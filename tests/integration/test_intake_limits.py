@@ -103,3 +103,13 @@ def test_topics_create_sets_every_limit_and_reports_topics_that_refuse_our_recor
     assert any(p.startswith(f"problem: {old.topics.pages}: ") and "--add-config max.message.bytes=" in p
                for p in problems), out  # fmt: skip
     assert len(check_limits(old.client, old.topics, max_body_bytes=1024)) == 2
+    # --raise-limits raises exactly those two, to what a new topic gets, and never lowers one
+    before = _limits(bootstrap, [old.topics.state])
+    assert main(["--config", str(old.config_path), "topics", "create", "--raise-limits"]) == 0
+    out = capsys.readouterr().out
+    assert f"raised max.message.bytes of {old.topics.feedback}" in out and "problem" not in out, out
+    assert f"raised max.message.bytes of {old.topics.pages}" in out, out
+    assert _limits(bootstrap, [old.topics.feedback, old.topics.pages]) == {
+        old.topics.feedback: FEEDBACK.max_message_bytes, old.topics.pages: PAGES.max_message_bytes}  # fmt: skip
+    assert _limits(bootstrap, [old.topics.state]) == before
+    assert check_limits(old.client, old.topics) == []
