@@ -30,7 +30,7 @@ import msgspec
 
 from frontier import adapt
 from frontier.config import ScopeSettings
-from frontier.headers import gate_seconds, ratelimit
+from frontier.headers import RateLimit, gate_seconds, ratelimit
 from topics.schemas import NETWORK_ERRORS
 
 _EPS = 1e-9
@@ -305,12 +305,19 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
     trigger = ev.status in s.backoff.codes or ev.error in NETWORK_ERRORS
     # Hard gates: Retry-After (trigger responses only) or RateLimit remaining=0.
     gate = gate_seconds(ev.status, ev.headers, trigger, now)
+    rl = ratelimit(ev.headers, now)
     if gate is not None:
         seconds, why = gate
+        if rl is not None and rl.remaining == 0 and why.startswith("RateLimit") and state.srv_seen > 0:
+            # the budget of a window that answered with remaining > 0 before has run out: its end,
+            # narrowed by those answers (see _narrowed). Repeated zeros (a token bucket refilling
+            # one token at a time) are not narrowed: each extends the gate.
+            seconds = _narrowed(state, rl, now)[1] - now
         until = now + with_margin(min(seconds, s.gate_max))
         if until > state.gate_until:
             state = rep(state, gate_until=until, gate_cause=f"{why}: {seconds:.0f}s")
-    rl = ratelimit(ev.headers, now)
+    if rl is not None and rl.remaining == 0 and rl.reset > 0:
+        state = rep(state, srv_seen=0)
     if rl is not None and rl.remaining > 0 and rl.reset > 0:
         # A published budget: never more than `remaining` requests before the reset (a hard stop,
         # with the margin), spread evenly over it (those in flight already count against it). The
@@ -321,10 +328,7 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
         # response of the same window narrows that down (the intersection), so a fixed window of
         # 5 s is not paced as if it were up to a second longer.
         left = max(0, rl.remaining - state.inflight)
-        hi, lo = now + rl.reset, now - 0.2 + rl.reset - 1.0  # 0.2: the answer is read after it was written
-        same = 0 <= rl.remaining <= state.srv_seen and state.srv_hi > now and lo <= state.srv_hi and hi >= state.srv_lo
-        if same:
-            lo, hi = max(lo, state.srv_lo), min(hi, state.srv_hi)
+        lo, hi = _narrowed(state, rl, now)
         spread = (hi - now) / left if left else 0.0
         state = rep(state, srv_remaining=left, srv_until=now + with_margin(hi - now), srv_spread=spread,
                     srv_lo=lo, srv_hi=hi, srv_seen=rl.remaining)  # fmt: skip
@@ -345,6 +349,17 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
     if kind == adapt.LIMIT:
         return adapt.on_limit(state, now, s, current, why, sent)
     return adapt.on_trouble(state, now, s, delay(rep(state, trouble=0.0), s), why)
+
+
+def _narrowed(state: ScopeState, rl: RateLimit, now: float) -> tuple[float, float]:
+    """When the published window ends, at the earliest and the latest: a reset of ``t`` whole
+    seconds (rounded up) means (t - 1, t] from now; answers of the same window (its remaining
+    count going down) narrow that to the intersection."""
+    hi, lo = now + rl.reset, now - 0.2 + rl.reset - 1.0  # 0.2: the answer is read after it was written
+    same = rl.remaining <= state.srv_seen and state.srv_hi > now and lo <= state.srv_hi and hi >= state.srv_lo
+    if same:
+        lo, hi = max(lo, state.srv_lo), min(hi, state.srv_hi)
+    return lo, hi
 
 
 # -- the question -------------------------------------------------------------------------------
