@@ -170,3 +170,34 @@ messages = st.one_of(
 @given(messages)
 def test_every_message_type_round_trips(msg: object) -> None:
     assert decode(encode(msg), type(msg)) == msg  # type: ignore[arg-type]
+
+
+@given(st.binary(max_size=20_000), st.text(max_size=3000), st.text(max_size=249))
+def test_a_rejected_record_is_bounded_whatever_it_rejects(original: bytes, reason: str, topic: str) -> None:
+    """The Rejected of any input fits crawl.rejected (it used to carry the whole original)."""
+    import hashlib
+
+    from topics.catalog import REJECTED as REJECTED_TOPIC
+
+    rej = Rejected(reason=reason, original=original, topic=topic, partition=3, offset=2**40)
+    assert len(encode(rej)) <= REJECTED_TOPIC.produced_bytes
+    assert original.startswith(rej.original) and rej.original_length == len(original)
+    assert rej.original_sha256 == hashlib.sha256(original).hexdigest()
+    assert decode(encode(rej), Rejected) == rej
+
+
+@given(st.lists(st.integers(1, 3000), max_size=60), st.integers(100, 5000), st.integers(1, 10))
+def test_packed_url_batches_respect_the_bound_keep_the_order_and_lose_nothing(
+    sizes: list[int], max_bytes: int, max_items: int
+) -> None:
+    from frontier.router import batch_record, pack
+
+    entries = [(b"x" * n, i) for i, n in enumerate(sizes)]
+    records, too_big = pack(entries, max_bytes=max_bytes, max_items=max_items)
+    carried = [tag for _, tags in records for tag in tags]
+    assert sorted(carried + too_big) == list(range(len(sizes)))
+    assert carried == sorted(carried)
+    for value, tags in records:
+        assert 0 < len(tags) <= max_items and len(value) <= max_bytes
+        assert value == batch_record([entries[t][0] for t in tags])
+    assert all(len(batch_record([entries[t][0]])) > max_bytes for t in too_big)

@@ -114,3 +114,30 @@ def test_duplicates_are_recognised_by_the_canonical_form() -> None:
     a, b = parse_input(b"http://a.test/?y=1&x=2"), parse_input(b"HTTP://A.test:80/?x=2&y=1#top")
     assert a.url != b.url
     assert seen_fingerprint(a) == seen_fingerprint(b)
+
+
+def test_the_largest_acceptable_submission_fits_every_record_that_carries_it() -> None:
+    """A submission of up to MAX_INPUT_BYTES becomes a UrlItem that fits a UrlBatch record on its
+    own and a Job, within the limits topics.catalog sets (so only a bug can make the router
+    reject a URL as "too large after parsing")."""
+    import json
+
+    from frontier.urls import MAX_INPUT_BYTES, MAX_URL_LENGTH
+    from topics.catalog import JOBS, URL_BATCH_BYTES, URLS
+    from topics.schemas import Job, Submission, UrlBatch, encode
+
+    # a URL as long as allowed once percent-encoded (6 characters per "ä"), its canonical form
+    # different (sorted query), and meta filling the rest of the 64 KiB
+    url = "http://big.example.com/" + "ä" * ((MAX_URL_LENGTH - 40) // 6) + "?b=1&a=2"
+
+    def submission(meta: str) -> bytes:
+        return json.dumps({"url": url, "meta": {"m": meta}, "scopes": ["s"], "follow": 1}).encode()
+
+    raw = submission("m" * (MAX_INPUT_BYTES - len(submission(""))))
+    assert len(raw) == MAX_INPUT_BYTES
+    item = parse_input(raw)
+    assert item.canonical and item.url != url  # the URL is there in two forms
+    assert len(encode(UrlBatch(items=[item]))) <= URL_BATCH_BYTES
+    assert len(encode(Job(lease="x" * 40, item=item, not_before=1.0, expires_at=2.0))) <= JOBS.produced_bytes
+    follow_up = Submission(url=item.url, meta=item.meta, scopes=item.scopes, follow=3)
+    assert len(encode(follow_up)) <= URLS.produced_bytes
