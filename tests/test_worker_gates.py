@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 
 import aiohttp
 import pytest
@@ -20,6 +21,7 @@ from tests.test_worker_jobs import FakeProducer, make_worker, message
 from topics.schemas import Job, UrlItem
 
 HOST = "127.0.0.94"
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Limited:
@@ -38,18 +40,27 @@ class Limited:
         return web.Response(text="ok")
 
 
-@pytest.fixture
-async def limited() -> AsyncIterator[Limited]:
-    state = Limited()
+@asynccontextmanager
+async def serving(handler: Handler) -> AsyncIterator[str]:
+    """A local site answering every GET with ``handler``; yields its base URL."""
     app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", state.handle)
+    app.router.add_route("GET", "/{tail:.*}", handler)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
     await web.TCPSite(runner, HOST, port).start()
-    state.base = f"http://{HOST}:{port}"
-    yield state
-    await runner.cleanup()
+    try:
+        yield f"http://{HOST}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+@pytest.fixture
+async def limited() -> AsyncIterator[Limited]:
+    state = Limited()
+    async with serving(state.handle) as base:
+        state.base = base
+        yield state
 
 
 def job(url: str, lease: str, not_before: float, expires_at: float) -> Job:
@@ -93,22 +104,14 @@ async def test_a_server_stated_interval_counts_from_the_end_of_the_previous_resp
         ends.append(time.time())
         return response
 
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", slow)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, HOST, port).start()
-    try:
+    async with serving(slow) as base:
         worker = make_worker(FakeProducer())
         now = time.time()
-        jobs = [replace(job(f"http://{HOST}:{port}/{n}", f"F{n}", now, now + 30), floor=0.5) for n in range(3)]
+        jobs = [replace(job(f"{base}/{n}", f"F{n}", now, now + 30), floor=0.5) for n in range(3)]
         sem = asyncio.Semaphore(8)
         async with aiohttp.ClientSession() as session:
             await asyncio.gather(*(worker._handle(session, sem, message(j, n)) for n, j in  # type: ignore[arg-type]
                                    enumerate(jobs)))  # fmt: skip
-    finally:
-        await runner.cleanup()
     assert len(arrivals) == 3
     gaps = [b - a for a, b in zip(ends, arrivals[1:], strict=False)]
     assert all(g >= 0.5 for g in gaps), gaps
@@ -123,23 +126,15 @@ async def test_a_robots_redirect_is_reported_not_followed() -> None:
         hits.append(request.path)
         return web.Response(status=301, headers={"Location": "/elsewhere/robots.txt"})
 
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", moved)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, HOST, port).start()
     producer = FakeProducer()
-    try:
+    async with serving(moved) as base:
         worker = make_worker(producer)
         now = time.time()
-        robots = replace(job(f"http://{HOST}:{port}/robots.txt", "R1", now, now + 30), kind="robots")
+        robots = replace(job(f"{base}/robots.txt", "R1", now, now + 30), kind="robots")
         async with aiohttp.ClientSession() as session:
             await worker._handle(session, asyncio.Semaphore(2), message(robots))  # type: ignore[arg-type]
             if worker._feedback_task is not None:
                 await asyncio.wait_for(worker._feedback_task, 5)
-    finally:
-        await runner.cleanup()
     assert hits == ["/robots.txt"]
     [fb] = producer.feedback()
     assert fb.status == 301 and fb.headers["location"] == "/elsewhere/robots.txt"

@@ -18,6 +18,10 @@ def test_benchmark_runs(bootstrap: str, bench: str) -> None:
     numbers = [v for f in figures for v in f.values() if isinstance(v, int | float)]
     assert numbers and all(v >= 0 for v in numbers)
     if bench == "versus_scrapy":  # politeness is not a speed figure: the sites' own logs must be clean
-        ours = [f for f in figures if f["crawler"].startswith("kafka-crawl-frontier")]
+        ours = [f for f in figures if f["bench"] == bench and f["crawler"].startswith("kafka-crawl-frontier")]
         assert ours and all(f["gate_violations"] == 0 and f["disallowed_fetched"] == 0 for f in ours)
         assert all(f["pages_200"] == f["sites"] * f["pages_per_site"] for f in ours)
+        kinds = [f for f in figures if f["bench"] == "versus_scrapy_kinds" and f["crawler"].startswith("kafka")]
+        assert len(kinds) == 9, kinds  # every kind of site, judged by its own log
+        assert all(f["inside_windows"] == 0 and f["under_crawl_delay"] == 0 and f["disallowed_fetched"] == 0
+                   for f in kinds), kinds  # fmt: skip
