@@ -220,12 +220,27 @@ def cmd_scope(args: argparse.Namespace) -> int:
     return 0
 
 
+def _topics_take_our_records(cfg: Config) -> bool:
+    """At start: every topic exists and its ``max.message.bytes`` takes the largest record this
+    process produces on it (else one clear line per problem on stderr; see `topics create`)."""
+    from topics.catalog import check_limits
+
+    problems = check_limits(cfg.kafka.client_conf(), cfg.topics, max_body_bytes=cfg.worker.max_body_bytes)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        print("error: run `crawl-frontier topics create --raise-limits` first", file=sys.stderr)
+    return not problems
+
+
 def cmd_frontier(args: argparse.Namespace) -> int:
     from frontier.app import run_frontier
 
     cfg = _config(args)
     if args.debug_throttle:
         cfg = replace(cfg, frontier=replace(cfg.frontier, debug_throttle=True))
+    if not _topics_take_our_records(cfg):
+        return 1
     run_frontier(cfg, loglevel=args.loglevel)
     return 0
 
@@ -250,6 +265,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if not _topics_take_our_records(cfg):
+        return 1
     run_worker(cfg, args.concurrency)
     return 0
 

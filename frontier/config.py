@@ -182,6 +182,19 @@ BACKOFF_RANGES = {
 RAMPUP_RANGES = {"window": WINDOW, "min_delay": POSITIVE_GAP, "max_concurrency": CONCURRENCY}
 
 
+# Named starting points for [throttle] (keys set next to `profile` override them); the reasoning
+# and the simulator's figures behind them are in docs/CONFIGURATION.md.
+PROFILES: dict[str, ScopeSettings] = {
+    # the defaults: a 0.1 s floor, one request in flight per host, AutoThrottle from 1 s
+    "polite": ScopeSettings(),
+    # hosts you may crawl hard: no floor, up to 8 in flight, AutoThrottle aiming at 4 from 0.5 s;
+    # every signal (429, Retry-After, RateLimit, 5xx, Crawl-delay) is still obeyed and adapted to
+    "fast": ScopeSettings(
+        delay=0.0, concurrency=8, autothrottle=AutoThrottleSettings(start_delay=0.5, target_concurrency=4.0)
+    ),
+}
+
+
 @dataclass(frozen=True)
 class ThrottleConfig:
     default: ScopeSettings = field(default_factory=ScopeSettings)
@@ -413,7 +426,10 @@ def from_dict(data: Mapping[str, Any]) -> Config:
     worker.validate()
     throttle_d = dict(data.get("throttle", {}))
     scopes_d = throttle_d.pop("scopes", {})
-    default = _scope(throttle_d, "throttle", ScopeSettings())
+    profile = throttle_d.pop("profile", "polite")
+    if profile not in PROFILES:
+        raise ConfigError(f"throttle.profile: one of {', '.join(sorted(PROFILES))}, got {profile!r}")
+    default = _scope(throttle_d, "throttle", PROFILES[profile])
     scopes = {name: _scope(v, f"throttle.scopes.{name!r}", default) for name, v in scopes_d.items()}
     return Config(
         kafka=kafka, topics=topics, frontier=frontier, throttle=ThrottleConfig(default, scopes), worker=worker

@@ -253,7 +253,12 @@ class FrontierService:
     async def _reject(self, reason: str, original: bytes, topic: str, partition: int, offset: int) -> None:
         rejected = Rejected(reason=reason, original=original, topic=topic, partition=partition, offset=offset)
         self.rejected += 1
-        await self.producer.send(self.topics.rejected, encode(rejected))
+        try:
+            await self.producer.send(self.topics.rejected, encode(rejected))
+        except Exception as exc:  # noqa: BLE001 - refused: the reason, the length and the digest still go
+            log.warning("rejection refused (%s): publishing it without its original", exc)
+            minimal = rejected.minimal(f"{rejected.reason} (original not kept: {exc})"[:1000])
+            await self.producer.send(self.topics.rejected, encode(minimal))
 
     # -- dispatch ----------------------------------------------------------------------------------
     def dispatch_once(self) -> float:

@@ -296,3 +296,14 @@ def test_defaults_and_the_deployment_config_are_valid() -> None:
 
     Config().validate()
     load(Path(__file__).parent.parent / "deploy" / "crawl.toml", env={}).validate()
+
+
+def test_the_fast_profile_is_a_starting_point_that_keys_override() -> None:
+    fast = from_dict({"throttle": {"profile": "fast"}}).throttle.default
+    assert (fast.delay, fast.concurrency, fast.autothrottle.target_concurrency) == (0.0, 8, 4.0)
+    tuned = from_dict({"throttle": {"profile": "fast", "concurrency": 4, "scopes": {"a.test": {"delay": 1}}}})
+    assert tuned.throttle.default.concurrency == 4 and tuned.throttle.default.delay == 0.0
+    assert tuned.throttle.for_scope("a.test").concurrency == 4 and tuned.throttle.for_scope("a.test").delay == 1.0
+    assert from_dict({}).throttle.default == from_dict({"throttle": {"profile": "polite"}}).throttle.default
+    with pytest.raises(ConfigError, match=r"throttle\.profile"):
+        from_dict({"throttle": {"profile": "reckless"}})

@@ -151,3 +151,18 @@ async def test_one_bad_feedback_item_is_rejected_and_the_rest_applied(monkeypatc
     rec.deliver_all()
     await settle()
     assert event.acked  # the batch is not replayed forever
+
+
+async def test_a_refused_rejection_is_published_without_its_original() -> None:
+    svc, rec, _ = service(FrontierConfig(robots_obey=False))
+    sent = rec.send
+
+    def refuse_big(topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None) -> Any:
+        if value is not None and len(value) > 2000:
+            raise RuntimeError("MSG_SIZE_TOO_LARGE")
+        return sent(topic, value, key, partition)
+
+    rec.send = refuse_big  # type: ignore[method-assign]
+    await svc.dead_letter("crawl.feedback", 0, 7, b"\xff" * 3000, ValueError("not JSON"))
+    [minimal] = [decode(v or b"", Rejected) for t, _, v in rec.sent if t == svc.topics.rejected]
+    assert minimal.original == b"" and minimal.original_length == 3000 and "original not kept" in minimal.reason

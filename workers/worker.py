@@ -24,7 +24,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import aiohttp
@@ -276,7 +276,10 @@ class FetchWorker:
                 log.error("undecodable job at %s[%d]@%d: %s", topic, partition, offset, exc)
                 rejected = Rejected(reason=f"undecodable: {exc}", original=msg.value() or b"", topic=topic,
                                     partition=partition, offset=offset)  # fmt: skip
-                await self.producer.send(self.topics.rejected, encode(rejected))
+                if problem := await self._deliver(self.topics.rejected, rejected):
+                    minimal = rejected.minimal(f"{rejected.reason} (original not kept: {problem})"[:1000])
+                    if again := await self._deliver(self.topics.rejected, minimal):
+                        raise RuntimeError(f"rejection not published: {again}") from exc
                 return
             await self._process(session, sem, job)
         except Exception:
@@ -486,22 +489,47 @@ class FetchWorker:
     async def _flush_feedback(self) -> None:
         await asyncio.sleep(FEEDBACK_LINGER)
         batches, self._feedback = self._feedback, defaultdict(list)
-        for partition, entries in batches.items():
-            record = encode(FeedbackBatch(items=[fb for fb, _ in entries]))
-            delivery = self.producer.send(self.topics.feedback, record, partition=partition)
+        for partition, queued in batches.items():
+            for entries in _by_size(queued):
+                self._publish_feedback(partition, entries)
 
-            def settle(
-                d: asyncio.Future[Message], entries: list[tuple[Feedback, asyncio.Future[None]]] = entries
-            ) -> None:
-                for _, f in entries:
-                    if f.done():
-                        continue
-                    if d.exception() is not None:
-                        f.set_exception(d.exception())  # type: ignore[arg-type]
-                    else:
-                        f.set_result(None)
+    def _publish_feedback(self, partition: int, entries: list[tuple[Feedback, asyncio.Future[None]]]) -> None:
+        """One FeedbackBatch record; each waiting sender learns of its delivery."""
+        record = encode(FeedbackBatch(items=[fb for fb, _ in entries]))
+        delivery = self.producer.send(self.topics.feedback, record, partition=partition)
 
-            delivery.add_done_callback(settle)
+        def settle(d: asyncio.Future[Message]) -> None:
+            for _, f in entries:
+                if f.done():
+                    continue
+                if d.exception() is not None:
+                    f.set_exception(d.exception())  # type: ignore[arg-type]
+                else:
+                    f.set_result(None)
+
+        delivery.add_done_callback(settle)
+
+
+FEEDBACK_RECORD_BYTES = 4 * 1024 * 1024  # per FeedbackBatch record (crawl.feedback takes 16 MiB)
+
+
+def _by_size(
+    entries: list[tuple[Feedback, asyncio.Future[None]]],
+) -> Iterator[list[tuple[Feedback, asyncio.Future[None]]]]:
+    """Cut a partition's feedback into records of at most ~4 MiB (robots.txt bodies are up to
+    500 KiB each: a burst of them must not make one record the broker refuses)."""
+    chunk: list[tuple[Feedback, asyncio.Future[None]]] = []
+    size = 0
+    for entry in entries:
+        cost = len(entry[0].body) + 2048  # the body, base64-encoded, plus the rest of the result
+        cost = cost * 4 // 3
+        if chunk and size + cost > FEEDBACK_RECORD_BYTES:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(entry)
+        size += cost
+    if chunk:
+        yield chunk
 
 
 def _reason(exc: BaseException) -> str:
