@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import multiprocessing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -124,21 +125,22 @@ def _serve(spec: FleetSpec, conn: Connection) -> None:
     fleet.stop()
 
 
-class FleetProcess:
-    """A :class:`BucketFleet` in a child process: ``urls`` at start, ``report()`` at the end."""
+class ChildFleet:
+    """A fleet served by ``serve(spec, conn)`` in a child process: ``port`` and ``urls`` at start,
+    ``report()`` (whatever the fleet reports) at the end."""
 
-    def __init__(self, spec: FleetSpec) -> None:
+    def __init__(self, serve: Callable[[Any, Connection], None], spec: Any) -> None:
         ctx = multiprocessing.get_context("spawn")
         self._conn, child = ctx.Pipe()
-        self._proc: Any = ctx.Process(target=_serve, args=(spec, child), daemon=True)
+        self._proc: Any = ctx.Process(target=serve, args=(spec, child), daemon=True)
         self._proc.start()
         if not self._conn.poll(60):
             raise RuntimeError("benchmark fleet did not start")
         self.port, self.urls = self._conn.recv()
 
-    def report(self) -> FleetReport:
+    def report(self) -> Any:
         self._conn.send("report")
-        report: FleetReport = self._conn.recv()
+        report = self._conn.recv()
         self._proc.join(30)
         return report
 
@@ -146,3 +148,14 @@ class FleetProcess:
         if self._proc.is_alive():
             self._proc.kill()
             self._proc.join(10)
+
+
+class FleetProcess(ChildFleet):
+    """A :class:`BucketFleet` in a child process."""
+
+    def __init__(self, spec: FleetSpec) -> None:
+        super().__init__(_serve, spec)
+
+    def report(self) -> FleetReport:
+        report: FleetReport = super().report()
+        return report

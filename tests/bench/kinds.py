@@ -11,12 +11,12 @@ that grows with load; seed 003's staged daily quota.
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 from frontier.demo_sites import Site
+from tests.bench.fleet import ChildFleet
 from tests.integration.hidden_sites import HiddenLimitFleet, Limits
 
 WARMUP = 10.0  # seconds after a site's first page before its rate is judged
@@ -109,25 +109,12 @@ def _serve(spec: KindsSpec, conn: Connection) -> None:
     fleet.stop()
 
 
-class KindsProcess:
-    """A :class:`KindsFleet` in a child process: ``urls`` at start, ``report()`` at the end."""
+class KindsProcess(ChildFleet):
+    """A :class:`KindsFleet` in a child process: ``urls`` at start, ``report()`` per kind at the end."""
 
     def __init__(self, spec: KindsSpec) -> None:
-        ctx = multiprocessing.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc: Any = ctx.Process(target=_serve, args=(spec, child), daemon=True)
-        self._proc.start()
-        if not self._conn.poll(60):
-            raise RuntimeError("benchmark fleet did not start")
-        self.port, self.urls = self._conn.recv()
+        super().__init__(_serve, spec)
 
     def report(self) -> dict[str, dict[str, Any]]:
-        self._conn.send("report")
-        report: dict[str, dict[str, Any]] = self._conn.recv()
-        self._proc.join(30)
+        report: dict[str, dict[str, Any]] = super().report()
         return report
-
-    def close(self) -> None:
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(10)
