@@ -80,11 +80,14 @@ async def fetch(
     max_body: int,
     max_redirects: int = 0,
     on_sent: Callable[[float], None] | None = None,
+    on_headers: Callable[[FetchResult], None] | None = None,
 ) -> FetchResult:
     """Fetch ``url``; redirects are followed only when ``max_redirects`` > 0 (robots.txt, RFC 9309).
 
     ``sent_at`` and the latency start when the request headers were sent (with
     :func:`send_tracer` on the session), and ``on_sent`` is called with that time.
+    ``on_headers`` is called with the result as soon as the status and headers are in, before
+    the body is read (a worker closes a host's window at once, see ``FetchWorker._answered``).
     """
     loop = asyncio.get_running_loop()
     result = FetchResult(sent_at=time.time())
@@ -118,6 +121,8 @@ async def fetch(
                     key = k.lower()
                     hdrs[key] = f"{hdrs[key]}, {v}" if key in hdrs else v
                 result.headers = hdrs
+                if on_headers is not None:
+                    on_headers(result)
                 chunks: list[bytes] = []
                 size = 0
                 async for chunk in resp.content.iter_chunked(65536):

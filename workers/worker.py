@@ -343,7 +343,7 @@ class FetchWorker:
                 held = False
                 m.inflight.inc()
                 try:
-                    result = await self._fetch(session, job, sent)
+                    result = await self._fetch(session, job, sent, lambda r: self._closes(gate, job, r))
                     self._answered(gate, job, result)
                     return result
                 finally:
@@ -366,6 +366,12 @@ class FetchWorker:
         now = time.time()
         gate.last_end = max(gate.last_end, now)
         result.done_at = now
+        self._closes(gate, job, result)
+
+    def _closes(self, gate: _HostGate, job: Job, result: FetchResult) -> None:
+        """A window the host announced closes it to this worker's held jobs, from the moment its
+        headers are in (the body is not waited for: meanwhile another job could be sent)."""
+        now = time.time()
         trigger = result.error in NETWORK_ERRORS or result.status in self._backoff_codes(job.item)
         closed = gate_seconds(result.status, result.headers, trigger, now)
         if closed is not None:
@@ -374,7 +380,13 @@ class FetchWorker:
                 gate.closed_until = until
                 log.info("%s: %s, holding its jobs until +%.1fs", job.item.host, closed[1], until - now)
 
-    async def _fetch(self, session: aiohttp.ClientSession, job: Job, sent: Callable[[float], None]) -> FetchResult:
+    async def _fetch(
+        self,
+        session: aiohttp.ClientSession,
+        job: Job,
+        sent: Callable[[float], None],
+        headers: Callable[[FetchResult], None] | None = None,
+    ) -> FetchResult:
         sent_at = 0.0
 
         def on_sent(at: float) -> None:
@@ -387,8 +399,9 @@ class FetchWorker:
             if job.kind == "robots":
                 # no redirects followed here: the frontier sends each hop as a job of its own, through
                 # the host's throttling (RFC 9309 asks for at least five hops; see frontier.partition)
-                return await fetch(session, url, job.timeout, MAX_ROBOTS_BYTES, on_sent=on_sent)
-            return await fetch(session, url, job.timeout, self.cfg.worker.max_body_bytes, on_sent=on_sent)
+                return await fetch(session, url, job.timeout, MAX_ROBOTS_BYTES, on_sent=on_sent, on_headers=headers)
+            return await fetch(session, url, job.timeout, self.cfg.worker.max_body_bytes, on_sent=on_sent,
+                               on_headers=headers)  # fmt: skip
         except Exception as exc:  # reported as an error, never silence (a poison URL)
             log.exception("fetch of %s failed unexpectedly", url)
             return FetchResult(sent_at=sent_at or time.time(), error=f"worker:{type(exc).__name__}")

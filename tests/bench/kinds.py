@@ -71,6 +71,7 @@ class KindsFleet(HiddenLimitFleet):
         out: dict[str, dict[str, Any]] = {}
         for kind in dict.fromkeys(lim.kind for lim in self.limits.values()):
             shares, requests, n429, inside, under, disallowed = [], 0, 0, 0, 0, 0
+            smallest: float | None = None
             for s in self.sites:
                 lim = self.limits[s.host]
                 if lim.kind != kind:
@@ -82,7 +83,10 @@ class KindsFleet(HiddenLimitFleet):
                 disallowed += len(lim.disallowed_fetched)
                 if lim.crawl_delay:
                     starts = sorted(h.start for h in hits)
-                    under += sum(1 for a, b in itertools.pairwise(starts) if b - a < lim.crawl_delay)
+                    gaps = [b - a for a, b in itertools.pairwise(starts)]
+                    under += sum(1 for g in gaps if g < lim.crawl_delay)
+                    if gaps:
+                        smallest = min(gaps) if smallest is None else min(smallest, *gaps)
                 allowed = lim.rate or (lim.quota / lim.window if kind in ("ratelimit", "xratelimit") else 0.0)
                 judged = [h for h in hits if h.start >= lim.first_page + WARMUP]
                 if allowed and len(judged) > 10:
@@ -94,6 +98,7 @@ class KindsFleet(HiddenLimitFleet):
                 "ratio_429": round(n429 / max(1, requests), 4),
                 "inside_windows": inside,
                 "under_crawl_delay": under,
+                "smallest_gap": round(smallest, 4) if smallest is not None else None,
                 "disallowed_fetched": disallowed,
                 "requests": requests,
             }

@@ -8,7 +8,9 @@ import sys
 import pytest
 
 
-@pytest.mark.parametrize("bench", ["kafka_ceiling", "ingest", "dispatch", "memory", "scaleout", "versus_scrapy"])
+@pytest.mark.parametrize(
+    "bench", ["kafka_ceiling", "ingest", "dispatch", "memory", "scaleout", "versus_scrapy", "floors"]
+)
 def test_benchmark_runs(bootstrap: str, bench: str) -> None:
     run = subprocess.run([sys.executable, "-m", f"tests.bench.{bench}", "--smoke", "--bootstrap", bootstrap],
                          capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
@@ -17,6 +19,8 @@ def test_benchmark_runs(bootstrap: str, bench: str) -> None:
     assert figures and all(f["bench"].startswith(bench) for f in figures)
     numbers = [v for f in figures for v in f.values() if isinstance(v, int | float)]
     assert numbers and all(v >= 0 for v in numbers)
+    if bench == "floors":  # gaps under the Crawl-delay, as the sites saw them
+        assert all(f["under_crawl_delay"] == 0 and f["requests"] > 0 for f in figures), figures
     if bench == "versus_scrapy":  # politeness is not a speed figure: the sites' own logs must be clean
         ours = [f for f in figures if f["bench"] == bench and f["crawler"].startswith("kafka-crawl-frontier")]
         assert ours and all(f["gate_violations"] == 0 and f["disallowed_fetched"] == 0 for f in ours)

@@ -1,0 +1,37 @@
+"""Server-stated intervals under load (THROTTLING.md v2 §9): a few hundred local sites, each with
+robots.txt `Crawl-delay: 0.5`, crawled at once by this project with its defaults; every site counts
+the gaps between two of its requests that came in under its Crawl-delay. The whole fleet shares
+this 2-core machine with the broker, the frontier and the workers, so the event loops are busy:
+the point is that the gaps hold when the crawler is loaded, not only when it is idle.
+
+    python -m tests.bench.floors [--smoke | --full] [--bootstrap HOST:PORT]
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from tests.bench.common import broker, parser, report, size
+from tests.bench.kinds import KindsProcess, KindsSpec
+from tests.bench.versus_scrapy import frontier_crawl
+
+
+def main() -> None:
+    args = parser(__doc__.split("\n\n")[0]).parse_args()
+    spec = KindsSpec(sites_per_kind=size(args, smoke=5, default=300, full=500), pages=size(args, smoke=4, default=12,
+                     full=20), second_octet=21, kinds=("robots",))  # fmt: skip
+    with broker(args) as bootstrap, tempfile.TemporaryDirectory(prefix="bench-floors-") as tmp:
+        fleet = KindsProcess(spec)
+        try:
+            seen, took = frontier_crawl(bootstrap, fleet.urls, Path(tmp), {}, timeout=900.0)
+            figures = fleet.report()["robots"]
+        finally:
+            fleet.close()
+        fetched = sum(1 for o in seen.values() if o == "fetched")
+        report("floors", sites=spec.sites_per_kind, pages_per_site=spec.pages, crawl_delay=0.5, crawl_s=round(took, 1),
+               pages_per_s=round(fetched / took, 1), **figures)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
