@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import multiprocessing
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -31,7 +32,9 @@ class Bucket:
     tokens: float = 0.0
     last: float = 0.0
     blocked_until: float = 0.0
+    announced_at: float = 0.0  # when the latest 429 (the window's start) went out
     gate_violations: int = 0
+    violation_delays: list[float] = field(default_factory=list)  # seconds after that 429 went out
     disallowed_fetched: int = 0
 
     def take(self, now: float) -> float | None:
@@ -58,6 +61,7 @@ class FleetReport:
     status_429: int = 0
     robots_requests: int = 0
     gate_violations: int = 0
+    violations_within_50ms: int = 0  # of those, arriving less than 50 ms after the 429 went out
     disallowed_fetched: int = 0
     max_concurrency: int = 0
     first: float = 0.0
@@ -80,6 +84,7 @@ class BucketFleet(SiteFleet):
         now = hit.start
         if now < b.blocked_until - GATE_TOLERANCE:
             b.gate_violations += 1
+            b.violation_delays.append(now - b.announced_at)
         if request.path == "/robots.txt":
             return web.Response(text="User-agent: *\nDisallow: /private\n")
         if request.path.startswith("/private"):
@@ -89,6 +94,7 @@ class BucketFleet(SiteFleet):
         if wait is not None:
             seconds = max(1, math.ceil(wait))
             b.blocked_until = max(b.blocked_until, now + seconds)
+            b.announced_at = time.time()
             return web.Response(status=429, headers={"Retry-After": str(seconds)})
         return await super().respond(site, request, hit)
 
@@ -105,6 +111,7 @@ class BucketFleet(SiteFleet):
             r.per_site_429.append(n429)
             r.robots_requests += sum(1 for h in s.hits if h.path == "/robots.txt")
             r.gate_violations += b.gate_violations
+            r.violations_within_50ms += sum(1 for d in b.violation_delays if d < 0.05)
             r.disallowed_fetched += b.disallowed_fetched
             r.max_concurrency = max(r.max_concurrency, s.max_active)
             starts.extend(h.start for h in s.hits)

@@ -54,6 +54,7 @@ def figures(fleet: FleetReport, pages: int, crawler_seconds: float) -> dict[str,
         "ratio_429": round(fleet.status_429 / max(page_requests, 1), 4),
         "sites_with_429": sum(1 for n in fleet.per_site_429 if n),
         "gate_violations": fleet.gate_violations,
+        "violations_within_50ms_of_the_429": fleet.violations_within_50ms,
         "disallowed_fetched": fleet.disallowed_fetched,
         "max_concurrency_at_a_site": fleet.max_concurrency,
     }
