@@ -9,15 +9,15 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import aiohttp
 import pytest
 from aiohttp import web
 from msgspec.structs import replace
 
-from deploy.kafka import free_port
 from tests.test_worker_jobs import FakeProducer, make_worker, message
+from tests.test_worker_jobs import serving as serving_on
 from topics.schemas import Job, UrlItem
 
 HOST = "127.0.0.94"
@@ -40,19 +40,8 @@ class Limited:
         return web.Response(text="ok")
 
 
-@asynccontextmanager
-async def serving(handler: Handler) -> AsyncIterator[str]:
-    """A local site answering every GET with ``handler``; yields its base URL."""
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, HOST, port).start()
-    try:
-        yield f"http://{HOST}:{port}"
-    finally:
-        await runner.cleanup()
+def serving(handler: Handler) -> AbstractAsyncContextManager[str]:
+    return serving_on(handler, HOST)
 
 
 @pytest.fixture

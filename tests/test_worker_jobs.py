@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -125,16 +126,27 @@ async def site() -> AsyncIterator[Site]:
         status, headers, body = state.routes.get(request.path, (404, {}, b"not found"))
         return web.Response(status=status, headers=headers, body=body)
 
+    async with serving(handle) as base:
+        state.base = base
+        yield state
+        state.release.set()
+
+
+@asynccontextmanager
+async def serving(
+    handler: Callable[[web.Request], Awaitable[web.StreamResponse]], host: str = HOST
+) -> AsyncIterator[str]:
+    """A local site on ``host`` answering every GET with ``handler``; yields its base URL."""
     app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", handle)
+    app.router.add_route("GET", "/{tail:.*}", handler)
     runner = web.AppRunner(app)
     await runner.setup()
     port = free_port()
-    await web.TCPSite(runner, HOST, port).start()
-    state.base = f"http://{HOST}:{port}"
-    yield state
-    state.release.set()
-    await runner.cleanup()
+    await web.TCPSite(runner, host, port).start()
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
 
 
 @pytest.fixture
