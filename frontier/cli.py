@@ -220,17 +220,18 @@ def cmd_scope(args: argparse.Namespace) -> int:
     return 0
 
 
-def _topics_take_our_records(cfg: Config) -> bool:
-    """At start: every topic exists and its ``max.message.bytes`` takes the largest record this
-    process produces on it (else one clear line per problem on stderr; see `topics create`)."""
+def _check_topic_limits(cfg: Config) -> None:
+    """At start: warn, one clear line per topic, when a topic is missing or its
+    ``max.message.bytes`` is below the largest record this process may produce on it. A warning,
+    not a refusal: an operator may keep pages small on purpose (a refused page becomes an error
+    page, see docs/GUARANTEES.md)."""
     from topics.catalog import check_limits
 
     problems = check_limits(cfg.kafka.client_conf(), cfg.topics, max_body_bytes=cfg.worker.max_body_bytes)
     for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
+        print(f"warning: {problem}", file=sys.stderr)
     if problems:
-        print("error: run `crawl-frontier topics create --raise-limits` first", file=sys.stderr)
-    return not problems
+        print("warning: `crawl-frontier topics create --raise-limits` creates and raises them", file=sys.stderr)
 
 
 def cmd_frontier(args: argparse.Namespace) -> int:
@@ -239,8 +240,7 @@ def cmd_frontier(args: argparse.Namespace) -> int:
     cfg = _config(args)
     if args.debug_throttle:
         cfg = replace(cfg, frontier=replace(cfg.frontier, debug_throttle=True))
-    if not _topics_take_our_records(cfg):
-        return 1
+    _check_topic_limits(cfg)
     run_frontier(cfg, loglevel=args.loglevel)
     return 0
 
@@ -265,8 +265,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if not _topics_take_our_records(cfg):
-        return 1
+    _check_topic_limits(cfg)
     run_worker(cfg, args.concurrency)
     return 0
 
