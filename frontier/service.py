@@ -352,7 +352,11 @@ class FrontierService:
                       scopes=rows)  # fmt: skip
 
     def publish_status(self, now: float) -> None:
+        self._prune_gates(now)  # every status interval, not only when Prometheus scrapes
         self.producer.send_nowait(self.topics.status, encode(self.status(now)), key=self.instance.encode())
+
+    def _prune_gates(self, now: float) -> None:
+        self._gates = {scope: until for scope, until in self._gates.items() if until > now}
 
     def stats(self) -> dict[str, Any]:
         totals: dict[str, int] = defaultdict(int)
@@ -368,7 +372,6 @@ class FrontierService:
     def metric_totals(self) -> dict[str, int]:
         """What the Prometheus gauges read at scrape time."""
         totals = self.stats()
-        now = self.clock()
-        self._gates = {scope: until for scope, until in self._gates.items() if until > now}
+        self._prune_gates(self.clock())
         totals["gates_active"] = len(self._gates)
         return totals

@@ -166,3 +166,16 @@ async def test_a_refused_rejection_is_published_without_its_original() -> None:
     await svc.dead_letter("crawl.feedback", 0, 7, b"\xff" * 3000, ValueError("not JSON"))
     [minimal] = [decode(v or b"", Rejected) for t, _, v in rec.sent if t == svc.topics.rejected]
     assert minimal.original == b"" and minimal.original_length == 3000 and "original not kept" in minimal.reason
+
+
+async def test_the_gates_gauge_map_is_pruned_with_every_status_snapshot() -> None:
+    """Ended gates are forgotten at each status snapshot (every 2 s), not only when Prometheus
+    scrapes: without a scraper (the default) the map grew with every host ever gated."""
+    svc, _, _ = service(FrontierConfig(robots_obey=False))
+    svc.clock = lambda: 900.0
+    for n in range(10_000):
+        svc._delay_changed(f"h{n}.test", 0.1, 0.2, "gate", 1000.0 + (n % 2) * 100)  # half of them still open
+    assert len(svc._gates) == 10_000
+    svc.clock = lambda: 1050.0
+    svc.publish_status(1050.0)
+    assert len(svc._gates) == 5_000

@@ -16,9 +16,11 @@ import pytest
 from aiohttp import web
 from msgspec.structs import replace
 
+from frontier.config import Config
 from tests.test_worker_jobs import FakeProducer, make_worker, message
 from tests.test_worker_jobs import serving as serving_on
 from topics.schemas import Job, UrlItem
+from workers.worker import FetchWorker
 
 HOST = "127.0.0.94"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -127,3 +129,16 @@ async def test_a_robots_redirect_is_reported_not_followed() -> None:
     assert hits == ["/robots.txt"]
     [fb] = producer.feedback()
     assert fb.status == 301 and fb.headers["location"] == "/elsewhere/robots.txt"
+
+
+def test_idle_host_gates_are_forgotten_so_memory_does_not_grow_with_every_host() -> None:
+    """100,000 hosts seen an hour ago, two still busy: the sweep keeps only the busy ones."""
+    worker = FetchWorker(Config(), concurrency=4, name="prune")
+    now = time.time()
+    for n in range(100_000):
+        worker._gates[f"h{n}.test"].last_sent = now - 3600
+    worker._gates["recent.test"].last_sent = now - 5
+    worker._gates["window.test"].last_sent = now - 3600
+    worker._gates["window.test"].closed_until = now + 30  # the host asked for a pause: kept
+    assert worker.prune_gates(now) == 100_000
+    assert set(worker._gates) == {"recent.test", "window.test"}

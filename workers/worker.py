@@ -58,6 +58,8 @@ from workers.safety import AddressPolicy, SafeConnector
 log = logging.getLogger("worker")
 
 FEEDBACK_LINGER = 0.02  # seconds a feedback batch may wait for company
+GATE_IDLE = 600.0  # a host's gate is forgotten after this long without a request (or twice the fetch timeout)
+GATE_PRUNE_EVERY = 60.0  # seconds between two sweeps
 
 
 class OffsetTracker:
@@ -165,7 +167,7 @@ class FetchWorker:
         connector = SafeConnector(policy, limit=self.concurrency * 2, limit_per_host=0, ttl_dns_cache=300)
         headers = {"User-Agent": self.cfg.worker.user_agent}
         consumer.subscribe([self.topics.jobs], on_revoke=self._on_revoke, on_lost=self._on_revoke)
-        last_commit = last_lag = time.monotonic()
+        last_commit = last_lag = last_prune = time.monotonic()
         try:
             async with aiohttp.ClientSession(connector=connector, headers=headers,
                                              trace_configs=[send_tracer()]) as session:  # fmt: skip
@@ -190,6 +192,9 @@ class FetchWorker:
                     if time.monotonic() - last_commit > 1.0:
                         last_commit = time.monotonic()
                         self._commit(consumer)
+                    if time.monotonic() - last_prune > GATE_PRUNE_EVERY:
+                        last_prune = time.monotonic()
+                        self.prune_gates(time.time())
                     if self.cfg.worker.metrics_port and time.monotonic() - last_lag > 2.0:
                         last_lag = time.monotonic()
                         try:
@@ -352,6 +357,19 @@ class FetchWorker:
         finally:
             if held:
                 m.held.dec()
+
+    def prune_gates(self, now: float) -> int:
+        """Forget the hosts this worker has not sent to for a while (their gates are idle: nothing
+        holds or waits for them, no window is open), so memory does not grow with every host ever
+        seen. What the frontier schedules does not depend on them; a forgotten host's next job
+        starts a fresh gate. Returns how many were forgotten."""
+        idle_for = max(GATE_IDLE, 2 * self.cfg.frontier.fetch_timeout)
+        stale = [host for host, g in self._gates.items()
+                 if now - max(g.last_sent, g.last_end, g.closed_until) > idle_for
+                 and not g.lock.locked() and g.idle.is_set()]  # fmt: skip
+        for host in stale:
+            del self._gates[host]
+        return len(stale)
 
     @staticmethod
     def _slot(job: Job, gate: _HostGate) -> float:
