@@ -495,14 +495,15 @@ class PartitionFrontier:
         heapq.heappush(self._leases, (deadline, lease_id))
         self.inflight += 1
         self.stats.dispatched += 1
+        host_state, host_settings = self._state(scopes[0]), self.scope_settings(scopes[0])
         return Job(
             lease=lease_id,
             kind=kind,
             item=item,
             not_before=not_before,
             expires_at=expires_at,
-            min_gap=policy.delay(self._state(scopes[0]), self.scope_settings(scopes[0])),
-            floor=policy.floor(self._state(scopes[0]), self.scope_settings(scopes[0])),
+            min_gap=policy.delay(host_state, host_settings),
+            floor=policy.floor(host_state, host_settings),
             timeout=self.settings.fetch_timeout,
             retries_left=max(0, self.settings.max_retries - item.attempts) if kind == "page" else 0,
         )

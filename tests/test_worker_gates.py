@@ -90,7 +90,7 @@ async def test_a_server_stated_interval_counts_from_the_end_of_the_previous_resp
 
     async def slow(request: web.Request) -> web.StreamResponse:
         arrivals.append(time.time())
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # the simulated server's work before it answers
         response = web.Response(text="slow")
         ends.append(time.time())
         return response

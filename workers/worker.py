@@ -349,7 +349,7 @@ class FetchWorker:
                 m.inflight.inc()
                 try:
                     result = await self._fetch(session, job, sent, lambda r: self._closes(gate, job, r))
-                    self._answered(gate, job, result)
+                    self._answered(gate, result)
                     return result
                 finally:
                     gate.idle.set()
@@ -379,12 +379,13 @@ class FetchWorker:
         floor = gate.last_end + job.floor if job.floor and gate.last_end else 0.0
         return max(job.not_before, gate.last_sent + job.min_gap, gate.closed_until, floor)
 
-    def _answered(self, gate: _HostGate, job: Job, result: FetchResult) -> None:
-        """Note what the host's answer means for its next requests from this worker."""
+    @staticmethod
+    def _answered(gate: _HostGate, result: FetchResult) -> None:
+        """The host's answer has ended: server-stated floors count from now. (Any window it
+        announced was closed when its headers came in, by :meth:`_closes`.)"""
         now = time.time()
         gate.last_end = max(gate.last_end, now)
         result.done_at = now
-        self._closes(gate, job, result)
 
     def _closes(self, gate: _HostGate, job: Job, result: FetchResult) -> None:
         """A window the host announced closes it to this worker's held jobs, from the moment its

@@ -68,8 +68,9 @@ def simulate(
     state = ScopeState()
     if site.floor:
         state = apply(state, Robots(site.floor), t, s)
-    # the event heap: (time, seq, kind, dispatched at, answer); kinds: "arrive" at the site, "answer" at the frontier
-    events: list[tuple[float, int, str, float, Answer | None]] = []
+    # the event heap: (time, seq, kind, dispatched at, arrived at, answer); kinds: "arrive" at the
+    # site, "answer" at the frontier
+    events: list[tuple[float, int, str, float, float, Answer | None]] = []
     inflight = seq = ok_after = limited_after = sent_after = 0
     ok = 0
     # The worker that got a response reads its gate at once (§4: workers hold gates): a job it
@@ -82,12 +83,12 @@ def simulate(
         if min(next_send, next_event) >= end:
             break
         if next_event <= next_send:
-            t, _, kind, dispatched, answer = heapq.heappop(events)
+            t, _, kind, dispatched, sent, answer = heapq.heappop(events)
             if kind == "arrive":
                 held = max((until for known, until in worker_gates if known <= t), default=t)
                 seq += 1
                 if held > t:  # the worker holds the job until the gate it already knows of has passed
-                    heapq.heappush(events, (held, seq, "arrive", dispatched, None))
+                    heapq.heappush(events, (held, seq, "arrive", dispatched, 0.0, None))
                     continue
                 if t >= T0 + warmup:
                     sent_after += 1
@@ -96,12 +97,10 @@ def simulate(
                 gate = gate_seconds(answer.status, answer.headers, answer.status in s.backoff.codes, t + answer.latency)
                 if gate is not None:
                     worker_gates.append((t + answer.latency, t + answer.latency + with_margin(gate[0])))
-                heapq.heappush(events, (t + answer.latency + transit, seq, "answer", dispatched,
-                                        Answer(answer.status, answer.headers, t, answer.error)))  # fmt: skip
+                heapq.heappush(events, (t + answer.latency + transit, seq, "answer", dispatched, t, answer))
                 continue
             assert answer is not None
-            sent, status, error = answer.latency, answer.status, answer.error  # latency field carries the arrival
-            latency = t - transit - sent
+            status, error, latency = answer.status, answer.error, answer.latency
             inflight -= 1
             state = apply(state, Done(sent_at=sent, dispatched_at=dispatched, status=0 if error else status,
                                       latency=latency, error=error, headers=answer.headers), t, s)  # fmt: skip
@@ -118,7 +117,7 @@ def simulate(
         t = max(t, next_send)
         state = apply(state, Sent(t, u=rng.random()), t, s)
         seq += 1
-        heapq.heappush(events, (t, seq, "arrive", t, None))
+        heapq.heappush(events, (t, seq, "arrive", t, 0.0, None))
     span = duration - warmup
     allowance = _mean_allowance(site, T0 + warmup, end, _achievable(s, site))
     return Result(

@@ -186,6 +186,16 @@ def test_a_store_closed_longer_ago_than_the_retention_is_rebuilt(changelogs: Any
     kv.close()
 
 
+def standby_copy(standby: Standby, last: int) -> None:
+    """Run ``standby`` on partition 0 until it holds ``last``, then release its copy."""
+    try:
+        standby.add(0)
+        standby_caught_up(standby, last)
+        standby.release(0)
+    finally:
+        standby.close()
+
+
 def standby_caught_up(standby: Standby, offset: int) -> None:
     wait_until(lambda: (standby.applied(0) or -1) >= offset, timeout=60, what=f"the standby to apply offset {offset}")
 
@@ -199,13 +209,7 @@ def test_a_standby_copy_opened_from_a_stale_clean_store_is_rebuilt(changelogs: A
     last = log.write((b"Sother", b"x"))
     log.delete_before(last)
     assert last > clean + 1
-    standby = Standby(log.client, log.topic, state_dir, app)
-    try:
-        standby.add(0)
-        standby_caught_up(standby, last)
-        standby.release(0)
-    finally:
-        standby.close()
+    standby_copy(Standby(log.client, log.topic, state_dir, app), last)
     kv = RocksKV(path)
     assert kv.get(b"Sother") == b"x"
     assert_no_resurrection(kv, seen=None)
@@ -219,13 +223,7 @@ def test_a_standby_copy_records_when_it_was_complete(changelogs: Any, tmp_path: 
     path = db_path(state_dir, app, 0)
     last = log.write((SEEN, b"seen"), (b"Sother", b"x"))
     fake_now = [1_900_000_000.0]
-    standby = Standby(log.client, log.topic, state_dir, app, clock=lambda: fake_now[0], probe_interval=0.0)
-    try:
-        standby.add(0)
-        standby_caught_up(standby, last)
-        standby.release(0)
-    finally:
-        standby.close()
+    standby_copy(Standby(log.client, log.topic, state_dir, app, clock=lambda: fake_now[0], probe_interval=0.0), last)
     kv = RocksKV(path)
     copy = local_copy(kv)
     assert copy is not None and copy.offset == last and copy.at == fake_now[0]
