@@ -234,6 +234,9 @@ class FrontierConfig:
     status_interval: float = 2.0  # seconds between status snapshots on crawl.frontier.status
     web_port: int = 0  # the live page, /api/status and /metrics (Prometheus); 0 disables it
     web_bind: str = "127.0.0.1"  # address of that server ("0.0.0.0" in containers)
+    web_token: str = ""  # required (header or basic auth) for the page, /api/* and commands; must be set off loopback
+    seen_retention: float = 30 * 86400.0  # a seen URL is forgotten this long after it was last seen/fetched; 0: never
+    ip_scope: bool = False  # hosts that resolve to one IPv4/IPv6 address share one politeness scope (router resolves)
     embedded_router: bool = True  # route crawl.urls in this process; false: run `crawl-frontier router`
 
     def validate(self) -> None:
@@ -254,6 +257,7 @@ FRONTIER_RANGES = {
     "robots_give_up": Range(0, 30 * DAY, lo_open=True),  # RFC 9309: 30 days is the outer limit
     "status_interval": Range(0, 3600, lo_open=True),
     "web_port": PORT,
+    "seen_retention": Range(0, 10 * 365 * DAY),
 }
 
 
