@@ -73,6 +73,11 @@ ROBOTS_CACHE = 10_000
 REPORT_KINDS = ("disallowed", "error")
 MAX_ROBOTS_REDIRECTS = 5  # report leases: a final page to publish, no fetch
 STATE_CACHE = 50_000  # scope states kept decoded in memory (bounded: RSS must not grow with domains)
+MAX_OVERRIDES = 100_000  # operators' overrides per partition (kept in memory: ~0.2 KB each)
+
+
+class Refused(ValueError):
+    """A command the partition will not apply; ``str(exc)`` is the reason (it goes to crawl.rejected)."""
 
 
 class Lease(msgspec.Struct, kw_only=True):
@@ -183,8 +188,9 @@ class PartitionFrontier:
         self._lease_seq = 0
         self._states: OrderedDict[str, policy.ScopeState] = OrderedDict()  # LRU cache over H<scope>
         self._saved_stats = Stats()
-        self._overrides: dict[str, Override] = {}  # operators' overrides (all of them: few)
-        self._by_specificity: list[tuple[str, Override]] = []  # the same, shortest name first
+        # operators' overrides by name (at most MAX_OVERRIDES); a scope finds the ones covering it
+        # by looking up its own dot-suffixes, so their number does not slow dispatch
+        self._overrides: dict[str, Override] = {}
         self._next_revisit: float | None = None
 
     # -- scopes -------------------------------------------------------------------------------
@@ -200,20 +206,32 @@ class PartitionFrontier:
         if not self._overrides:
             return s
         delay = concurrency = None
-        for name, o in self._by_specificity:  # most specific last: it wins
-            if covers(name, scope):
-                delay = o.delay if o.delay is not None else delay
-                concurrency = o.concurrency if o.concurrency is not None else concurrency
+        for _, o in self._covering(scope):  # most specific last: it wins
+            delay = o.delay if o.delay is not None else delay
+            concurrency = o.concurrency if o.concurrency is not None else concurrency
         if delay is not None:
             s = replace(s, delay=delay)
         if concurrency is not None:
             s = replace(s, concurrency=concurrency)
         return s
 
+    def _covering(self, scope: str) -> list[tuple[str, Override]]:
+        """The overrides that apply to ``scope`` (see :func:`frontier.control.covers`), least
+        specific first: one lookup per dot-suffix of the scope, whatever their number."""
+        labels = scope.split(".")
+        found: list[tuple[str, Override]] = []
+        for i in range(len(labels) - 1, -1, -1):
+            name = ".".join(labels[i:])
+            o = self._overrides.get(name)
+            if o is not None:
+                found.append((name, o))
+        return found
+
     def _paused_by(self, scopes: list[str]) -> str | None:
-        for name, o in self._overrides.items():
-            if o.paused and any(covers(name, scope) for scope in scopes):
-                return name
+        for scope in scopes:
+            for name, o in self._covering(scope):
+                if o.paused:
+                    return name
         return None
 
     def _state(self, scope: str) -> policy.ScopeState:
@@ -273,7 +291,6 @@ class PartitionFrontier:
         self._saved_stats = msgspec.structs.replace(self.stats)
         for key, value in self.kv.scan(_OVERRIDE):
             self._overrides[key[1:].decode()] = _override_dec.decode(value)
-        self._overrides_changed()
         head = self.kv.first(_REVISIT)
         self._next_revisit = _DUE.unpack(head[0][1:9])[0] / 1000 if head is not None else None
         for key, value in self.kv.scan(_LEASE):
@@ -590,6 +607,9 @@ class PartitionFrontier:
         if cmd.action == "drop":
             return self._drop(name)
         new = updated(self._overrides.get(name, Override()), cmd)
+        if name not in self._overrides and not new.empty() and len(self._overrides) >= MAX_OVERRIDES:
+            raise Refused(f"{len(self._overrides)} scope overrides in partition {self.partition} already "
+                          f"(at most {MAX_OVERRIDES}): clear some first")  # fmt: skip
         if new.empty():
             self._overrides.pop(name, None)
             if self.kv.get(_OVERRIDE + name.encode()) is not None:
@@ -597,14 +617,10 @@ class PartitionFrontier:
         else:
             self._overrides[name] = new
             self._put(_OVERRIDE + name.encode(), _enc.encode(new))
-        self._overrides_changed()
         for qid in list(self._queued):  # anything may dispatch sooner now: look at its queues again
             if any(covers(name, scope) for scope in qid.split(SEP)):
                 self._scheduler.schedule(qid, now)
         return 0
-
-    def _overrides_changed(self) -> None:
-        self._by_specificity = sorted(self._overrides.items(), key=lambda kv: len(kv[0]))
 
     def _drop(self, name: str) -> int:
         dropped = 0

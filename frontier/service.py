@@ -31,7 +31,7 @@ from frontier.config import Config
 from frontier.control import control_record, scope_domain
 from frontier.kafka_io import AsyncProducer, producer_conf
 from frontier.metrics import FrontierMetrics, cause_class, fetch_class
-from frontier.partition import Dispatch, PartitionFrontier
+from frontier.partition import Dispatch, PartitionFrontier, Refused
 from frontier.router import Router
 from frontier.standby import Standby
 from frontier.state import changelog_end, close_partition, db_path, open_partition
@@ -239,7 +239,14 @@ class FrontierService:
             event.ack()
             return
         owned = await self._partition(p)
-        dropped = owned.frontier.control(cmd, self.clock())
+        try:
+            dropped = owned.frontier.control(cmd, self.clock())
+        except Refused as exc:  # never silently dropped: the command and why go to crawl.rejected
+            log.warning("control %s %s refused: %s", cmd.action, cmd.scope, exc)
+            offset = getattr(getattr(event, "message", None), "offset", -1)
+            await self._reject(f"control refused: {exc}", encode(cmd), self.topics.control, p, offset)
+            event.ack()
+            return
         log.info("control %s %s%s (partition %d)", cmd.action, cmd.scope,
                  f": {dropped} queued URL(s) dropped" if cmd.action == "drop" else "", p)  # fmt: skip
         self._mark(p, owned, (event,))

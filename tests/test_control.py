@@ -1,9 +1,12 @@
 """Operators' scope commands and recrawl, on the partition layer (no Kafka, injected time)."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from frontier import partition as partition_module
 from frontier.control import control_record, covers, scope_domain
-from frontier.partition import PartitionFrontier
+from frontier.partition import PartitionFrontier, Refused
 from frontier.store import MemoryKV
 from frontier.urls import parse_input, url_fingerprint
 from tests.test_partition import SETTINGS, THROTTLE, Log, fb, items
@@ -118,3 +121,49 @@ def test_a_url_without_revisit_is_fetched_once() -> None:
     (job,) = f.dispatch(0.0).jobs
     f.feedback(fb(job, sent_at=0.0), 1.0)
     assert f.dispatch(10_000.0).jobs == [] and f.queued() == 0 and not list(f.kv.scan(b"V"))
+
+
+LABELS = ["a", "b", "test", "www", "api"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    names=st.lists(st.lists(st.sampled_from(LABELS), min_size=1, max_size=3), max_size=6),
+    scope=st.lists(st.sampled_from(LABELS), min_size=1, max_size=4),
+    named=st.booleans(),
+    delays=st.lists(st.floats(0, 10), min_size=6, max_size=6),
+)
+def test_overrides_found_by_suffix_match_the_covers_rule(
+    names: list[list[str]], scope: list[str], named: bool, delays: list[float]
+) -> None:
+    f = make()
+    for i, labels in enumerate(names):
+        name = ".".join(labels) + ("#x" if named and i % 2 else "")
+        f.control(cmd("set", name, delay=delays[i]), 0.0)
+        if i % 3 == 0:
+            f.control(cmd("pause", name), 0.0)
+    target = ".".join(scope) + ("#x" if named else "")
+    # the rule as written in frontier.control: every covering name applies, the longest wins
+    covering = sorted((n, o) for n, o in f.overrides().items() if covers(n, target))
+    covering.sort(key=lambda kv: len(kv[0]))
+    expected = f.throttle.for_scope(target.rsplit("#", 1)[-1]).delay
+    for _, o in covering:
+        expected = o.delay if o.delay is not None else expected
+    assert f.scope_settings(target).delay == expected
+    paused = [n for n, o in covering if o.paused]
+    assert (f._paused_by([target]) is not None) == bool(paused)
+
+
+def test_overrides_are_bounded_per_partition_and_refused_beyond(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(partition_module, "MAX_OVERRIDES", 3)
+    f = make()
+    for host in ("a.test", "b.test", "c.test"):
+        f.control(cmd("pause", host), 0.0)
+    with pytest.raises(Refused, match="at most 3"):
+        f.control(cmd("pause", "d.test"), 0.0)
+    assert "d.test" not in f.overrides()
+    f.control(cmd("set", "a.test", delay=2.0), 0.0)  # an existing name can still change
+    assert f.overrides()["a.test"].delay == 2.0
+    f.control(cmd("resume", "b.test"), 0.0)  # an emptied override frees its place
+    f.control(cmd("pause", "d.test"), 0.0)
+    assert sorted(f.overrides()) == ["a.test", "c.test", "d.test"]

@@ -17,12 +17,13 @@ from typing import Any
 
 import pytest
 
+from frontier import partition as partition_module
 from frontier.config import Config, FrontierConfig
 from frontier.partition import PartitionFrontier
 from frontier.service import ACK_KEY, FrontierService, _Owned
 from frontier.store import MemoryKV
 from frontier.urls import parse_input
-from topics.schemas import Feedback, FeedbackBatch, Job, Page, Rejected, decode
+from topics.schemas import ControlCommand, Feedback, FeedbackBatch, Job, Page, Rejected, decode
 
 
 class Recorder:
@@ -179,3 +180,14 @@ async def test_the_gates_gauge_map_is_pruned_with_every_status_snapshot() -> Non
     svc.clock = lambda: 1050.0
     svc.publish_status(1050.0)
     assert len(svc._gates) == 5_000
+
+
+async def test_a_refused_control_command_goes_to_rejected_and_is_acknowledged(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(partition_module, "MAX_OVERRIDES", 1)
+    svc, rec, f = service(FrontierConfig(robots_obey=False))
+    first, second = Event(), Event()
+    await svc.handle_control(0, ControlCommand(action="pause", scope="a.test"), first)
+    await svc.handle_control(0, ControlCommand(action="pause", scope="b.test"), second)
+    rejected = [decode(v or b"", Rejected) for t, _, v in rec.sent if t == svc.topics.rejected]
+    assert len(rejected) == 1 and "at most 1" in rejected[0].reason and b"b.test" in rejected[0].original
+    assert second.acked and sorted(f.overrides()) == ["a.test"]  # not replayed forever, nothing half-applied
