@@ -41,6 +41,7 @@ from topics.schemas import ControlCommand, FeedbackBatch, Rejected, Status, UrlB
 
 WATCH_SECONDS = 120.0  # a charted scope stays in the snapshots this long after the page last asked
 MAX_WATCHED = 100
+MAX_GATE_GAUGE = 100_000  # open gates tracked for the gates-active gauge; beyond, it reads this value
 ACK_KEY = META + b"ack"  # marker records closing a run of changelog writes (tombstones; never stored)
 log = logging.getLogger("frontier")
 throttle_log = logging.getLogger("frontier.throttle")
@@ -80,7 +81,8 @@ class FrontierService:
         self._watch_sent: dict[str, float] = {}  # scope → when this instance last asked for it
         self.router: Router | None = None  # the embedded router, if any (its rejections count here)
         self.rejected = 0  # records this process put on crawl.rejected (its router's and dead letters)
-        self._gates: dict[str, float] = {}  # scope → gate end, for the gates-active gauge
+        self._gates: dict[str, float] = {}  # scope → gate end, for the gates-active gauge (bounded)
+        self._gates_pruned = 0.0
         self._rate_mark: tuple[float, int] = (time.monotonic(), 0)  # for pages/s in the status totals
         self.pages_per_s = 0.0
         self.standby: Standby | None = None
@@ -152,8 +154,12 @@ class FrontierService:
 
     def _delay_changed(self, scope: str, old: float, new: float, cause: str, gate_until: float) -> None:
         self.metrics.delay_changes.labels(cause_class(cause)).inc()
-        if gate_until > self.clock():
-            self._gates[scope] = gate_until
+        now = self.clock()
+        if gate_until > now:
+            if len(self._gates) >= MAX_GATE_GAUGE and scope not in self._gates and now - self._gates_pruned >= 1.0:
+                self._prune_gates(now)  # full: make room from ended gates (at most once a second)
+            if len(self._gates) < MAX_GATE_GAUGE or scope in self._gates:
+                self._gates[scope] = gate_until  # else the gauge saturates at MAX_GATE_GAUGE
         level = logging.INFO if self.cfg.frontier.debug_throttle else logging.DEBUG
         throttle_log.log(level, "scope %s delay %.3f -> %.3f: %s", scope, old, new, cause)
 
@@ -364,6 +370,7 @@ class FrontierService:
 
     def _prune_gates(self, now: float) -> None:
         self._gates = {scope: until for scope, until in self._gates.items() if until > now}
+        self._gates_pruned = now
 
     def stats(self) -> dict[str, Any]:
         totals: dict[str, int] = defaultdict(int)
