@@ -1,0 +1,66 @@
+"""The workers' offset tracker: a partition's committed offset never passes a job still being
+worked on, so a worker killed mid-job has that job delivered again (at least once)."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workers.worker import OffsetTracker
+
+T = "crawl.jobs"
+
+
+def points(tracker: OffsetTracker, tps: set[tuple[str, int]] | None = None) -> dict[int, int]:
+    return {tp.partition: tp.offset for tp in tracker.commit_points(tps)}
+
+
+def test_the_commit_point_stops_at_the_oldest_unfinished_offset() -> None:
+    t = OffsetTracker()
+    for offset in (10, 11, 12):
+        t.started(T, 0, offset)
+    t.finished(T, 0, 11)
+    t.finished(T, 0, 12)
+    assert points(t) == {0: 10}  # 10 is still open: 11 and 12 are redelivered after a crash
+    t.finished(T, 0, 10)
+    assert points(t) == {0: 13}  # everything done: commit the offset after the last one
+    assert t.open_count() == 0
+
+
+def test_partitions_are_independent_and_forgotten_on_revoke() -> None:
+    t = OffsetTracker()
+    t.started(T, 0, 5)
+    t.started(T, 1, 7)
+    t.finished(T, 1, 7)
+    assert points(t) == {0: 5, 1: 8}
+    assert points(t, {(T, 1)}) == {1: 8} and t.open_count({(T, 0)}) == 1
+    t.forget({(T, 0)})
+    assert points(t) == {1: 8} and t.open_count() == 0
+
+
+def test_nothing_is_committed_for_a_partition_never_consumed() -> None:
+    assert OffsetTracker().commit_points() == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.booleans(), st.integers(0, 1000)), min_size=1, max_size=60))
+def test_never_commits_past_an_unfinished_job(steps: list[tuple[int, bool, int]]) -> None:
+    """Offsets arrive in order per partition and finish in any order; at every moment the commit
+    point of a partition is the lowest unfinished offset, or one past the highest started."""
+    t = OffsetTracker()
+    started: dict[int, list[int]] = {}
+    open_: dict[int, set[int]] = {}
+    for partition, finish, pick in steps:
+        if finish and open_.get(partition):
+            offset = sorted(open_[partition])[pick % len(open_[partition])]
+            t.finished(T, partition, offset)
+            open_[partition].discard(offset)
+        else:
+            offset = len(started.setdefault(partition, [])) * 3  # offsets may have gaps (compaction, markers)
+            started[partition].append(offset)
+            open_.setdefault(partition, set()).add(offset)
+            t.started(T, partition, offset)
+        expected = {p: min(o) if o else started[p][-1] + 1 for p, o in open_.items()}
+        assert points(t) == expected
+        for p, committed in points(t).items():
+            assert all(committed <= o for o in open_[p])
