@@ -25,7 +25,6 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 
 import aiohttp
 import msgspec
@@ -106,16 +105,58 @@ def _set_event() -> asyncio.Event:
     return event
 
 
-@dataclass
 class _HostGate:
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    last_sent: float = 0.0
-    idle: asyncio.Event = field(default_factory=_set_event)  # no request of this host is between slot and send
-    # A window the host announced (Retry-After, RateLimit remaining=0), by this worker's clock: jobs
-    # of the host this worker holds are not sent inside it, even those the frontier dispatched
-    # before it heard of it (THROTTLING.md v2 §4).
-    closed_until: float = 0.0
-    last_end: float = 0.0  # when the host's latest response ended (server-stated floors count from here)
+    """One host's local timing, as seen by this worker.
+
+    Cheap while idle (one small slotted object per host ever seen until :meth:`FetchWorker.prune_gates`
+    forgets it): the lock and the event exist only while a job of the host is using the gate
+    (``users`` > 0, from taking it to the end of its fetch) and are dropped when the last one leaves.
+    A fresh lock is unlocked and a fresh event is set, which is what an idle gate's were.
+    """
+
+    __slots__ = ("_idle", "_lock", "closed_until", "last_end", "last_sent", "users")
+
+    def __init__(self) -> None:
+        self.last_sent = 0.0
+        # A window the host announced (Retry-After, RateLimit remaining=0), by this worker's clock: jobs
+        # of the host this worker holds are not sent inside it, even those the frontier dispatched
+        # before it heard of it (THROTTLING.md v2 §4).
+        self.closed_until = 0.0
+        self.last_end = 0.0  # when the host's latest response ended (server-stated floors count from here)
+        self.users = 0  # jobs between taking this gate and the end of their fetch
+        self._lock: asyncio.Lock | None = None
+        self._idle: asyncio.Event | None = None
+
+    @property
+    def lock(self) -> asyncio.Lock:
+        """Held by the job that is timing its send."""
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        return self._lock
+
+    @property
+    def idle(self) -> asyncio.Event:
+        """Set when no request of this host is between its slot and its send."""
+        if self._idle is None:
+            self._idle = _set_event()
+        return self._idle
+
+    def busy(self) -> bool:
+        """A job uses the gate, holds its lock, or has a request between slot and send."""
+        return (
+            self.users > 0
+            or (self._lock is not None and self._lock.locked())
+            or (self._idle is not None and not self._idle.is_set())
+        )
+
+    def enter(self) -> None:
+        self.users += 1
+
+    def leave(self) -> None:
+        """A job is done with the gate; the last one out drops the lock and the event."""
+        self.users -= 1
+        if not self.busy():
+            self._lock = self._idle = None
 
 
 class FetchWorker:
@@ -324,36 +365,40 @@ class FetchWorker:
         try:
             async with sem:
                 gate = self._gates[item.host]
-                async with gate.lock:
-                    # The host's previous request must really have gone out (its headers sent, or it
-                    # failed) before the next one is timed from it: a stalled event loop or a slow
-                    # connect would otherwise shrink the gap the server sees.
-                    await gate.idle.wait()
-                    # asyncio may wake a timer up to a clock tick early: re-check until the slot has come
-                    # (a window the host announces meanwhile moves it: the loop reads it again)
-                    while (slot := self._slot(job, gate)) > (now := time.time()):
-                        if slot > job.expires_at:
-                            return None
-                        await asyncio.sleep(slot - now)
-                    if time.time() > job.expires_at:  # the waits for a worker slot and the host took too long
-                        return None
-                    gate.last_sent = time.time()
-                    gate.idle.clear()
-
-                def sent(at: float) -> None:
-                    gate.last_sent = max(gate.last_sent, at)
-                    gate.idle.set()
-
-                m.held.dec()
-                held = False
-                m.inflight.inc()
+                gate.enter()  # from here until it leaves, the gate is not forgotten (prune_gates)
                 try:
-                    result = await self._fetch(session, job, sent, lambda r: self._closes(gate, job, r))
-                    self._answered(gate, result)
-                    return result
+                    async with gate.lock:
+                        # The host's previous request must really have gone out (its headers sent, or it
+                        # failed) before the next one is timed from it: a stalled event loop or a slow
+                        # connect would otherwise shrink the gap the server sees.
+                        await gate.idle.wait()
+                        # asyncio may wake a timer up to a clock tick early: re-check until the slot has come
+                        # (a window the host announces meanwhile moves it: the loop reads it again)
+                        while (slot := self._slot(job, gate)) > (now := time.time()):
+                            if slot > job.expires_at:
+                                return None
+                            await asyncio.sleep(slot - now)
+                        if time.time() > job.expires_at:  # the waits for a worker slot and the host took too long
+                            return None
+                        gate.last_sent = time.time()
+                        gate.idle.clear()
+
+                    def sent(at: float) -> None:
+                        gate.last_sent = max(gate.last_sent, at)
+                        gate.idle.set()
+
+                    m.held.dec()
+                    held = False
+                    m.inflight.inc()
+                    try:
+                        result = await self._fetch(session, job, sent, lambda r: self._closes(gate, job, r))
+                        self._answered(gate, result)
+                        return result
+                    finally:
+                        gate.idle.set()
+                        m.inflight.dec()
                 finally:
-                    gate.idle.set()
-                    m.inflight.dec()
+                    gate.leave()
         finally:
             if held:
                 m.held.dec()
@@ -366,7 +411,7 @@ class FetchWorker:
         idle_for = max(GATE_IDLE, 2 * self.cfg.frontier.fetch_timeout)
         stale = [host for host, g in self._gates.items()
                  if now - max(g.last_sent, g.last_end, g.closed_until) > idle_for
-                 and not g.lock.locked() and g.idle.is_set()]  # fmt: skip
+                 and not g.busy()]  # fmt: skip
         for host in stale:
             del self._gates[host]
         return len(stale)
