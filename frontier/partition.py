@@ -13,7 +13,7 @@ A job is dispatched only when every one of its scopes allows it, and the send is
 all of them.
 
 Key layout (bytes):
-- ``S<fingerprint>``                   seen URL (canonical form), value: b"1"
+- ``S<fingerprint>``                   seen URL (canonical form), value: its state and stamp (see below)
 - ``Q<queue>\\x00<prio><seq>``          queued URL (highest priority first, FIFO within), value: UrlItem
 - ``H<scope>``                         the scope's policy state, value: ScopeState
 - ``R<origin>``                        an origin's robots.txt answer (scheme://host[:port]), value: RobotsRecord
@@ -33,6 +33,28 @@ too long, leases lost too often) is kept as a *report* lease until its page is o
 and a restart reports it again (see ``FrontierService``). The service also publishes jobs and
 reports only after the changelog records of the same round are acknowledged, so a job in a
 worker's hands always has a recorded lease.
+
+The seen set has a lifecycle (issue 13). A seen value is 5 bytes, a state and a stamp in whole
+epoch seconds (13 for a revisit: plus the due time of its ``V`` entry, in ms):
+- *open*: queued or in flight since the stamp. Never forgotten, so a URL is never queued twice
+  because its seen entry aged out while it waited (a queue held by a long pause included).
+- *done*: its fate was decided at the stamp (fetched, failed, disallowed, robots.txt given up,
+  dropped by an operator). :meth:`PartitionFrontier.sweep_seen` forgets it ``seen_retention``
+  after the stamp: the tombstone goes to the changelog and compaction removes both, so the
+  changelog (and a restore) holds about one retention window of URLs, not the crawl's life.
+  Submitted again after that, the URL is crawled again. A duplicate does not refresh the stamp.
+- *revisit*: waiting in ``V`` for its next fetch (a standing order, never forgotten by age).
+  A ``V`` entry whose seen entry no longer names it (forgotten, or re-queued by a recrawl) is
+  dropped when due instead of re-queued, so no URL ever has two revisit chains.
+Values written before issue 13 are still read: ``b"1"`` (state unknown) is taken as *done* and
+stamped with the time the sweep first meets it, so such an entry lives one more retention
+from the upgrade (a URL still queued at the upgrade could then be queued twice if re-submitted
+after that: fetched twice at worst); ``b"<float text>"`` (a revisit URL's last fetch) is a
+*revisit* whose ``V`` entry is taken as valid whatever its due time.
+
+``recrawl`` on a submission queues the URL again unless it is open (a duplicate then: it is
+about to be fetched anyway); ``forget`` deletes a done or revisit entry (which also ends the
+revisits) and leaves an open one alone (forget it after its page is out).
 """
 
 from __future__ import annotations
@@ -73,6 +95,45 @@ ROBOTS_CACHE = 10_000
 REPORT_KINDS = ("disallowed", "error")
 MAX_ROBOTS_REDIRECTS = 5  # report leases: a final page to publish, no fetch
 STATE_CACHE = 50_000  # scope states kept decoded in memory (bounded: RSS must not grow with domains)
+
+# The seen set's lifecycle (see the module doc): a value is a state byte and a stamp.
+SEEN_LEGACY, SEEN_OPEN, SEEN_DONE, SEEN_REVISIT = 0, 1, 2, 3
+_SEEN_STAMP = struct.Struct(">BI")  # state, whole epoch seconds (unsigned: until 2106)
+_SEEN_DUE = struct.Struct(">BIQ")  # revisit: state, last fetch, due time of its V entry (ms)
+SWEEP_BATCH = 2_000  # seen entries a sweep call looks at, at most
+SWEEP_INTERVAL = 1.0  # seconds between sweep calls of a partition (sweep_due)
+SWEEP_SLICES = 1 << 16  # the sweep walks the seen set by the first two bytes of the fingerprint
+SWEEP_SLICES_PER_CALL = 1_024  # slices a call may open, at most (bounds a call over a sparse set)
+_SLICE = struct.Struct(">H")
+
+
+def seen_value(state: int, now: float, due_ms: int = -1) -> bytes:
+    """The stored form of a seen entry: ``state`` stamped at ``now`` (whole seconds)."""
+    stamp = int(min(max(now, 0.0), 2**32 - 1))
+    if state == SEEN_REVISIT and due_ms >= 0:
+        return _SEEN_DUE.pack(state, stamp, min(due_ms, 2**64 - 1))
+    return _SEEN_STAMP.pack(state, stamp)
+
+
+def read_seen(value: bytes) -> tuple[int, float, int]:
+    """``(state, stamp, due ms)`` of a stored seen value; due is -1 when not recorded.
+
+    Values from before issue 13: ``b"1"`` is ``SEEN_LEGACY`` (no stamp); a float text (a revisit
+    URL's last fetch) is ``SEEN_REVISIT`` with an unknown due time. Anything else unreadable is
+    ``SEEN_LEGACY`` too (the sweep stamps it), never an exception.
+    """
+    if len(value) == _SEEN_STAMP.size and value[0] in (SEEN_OPEN, SEEN_DONE, SEEN_REVISIT):
+        state, stamp = _SEEN_STAMP.unpack(value)
+        return state, float(stamp), -1
+    if len(value) == _SEEN_DUE.size and value[0] == SEEN_REVISIT:
+        state, stamp, due = _SEEN_DUE.unpack(value)
+        return state, float(stamp), due
+    if value[:1].isdigit() and value != b"1":
+        try:
+            return SEEN_REVISIT, float(value), -1
+        except ValueError:
+            pass
+    return SEEN_LEGACY, -1.0, -1
 MAX_OVERRIDES = 100_000  # operators' overrides per partition (kept in memory: ~0.2 KB each)
 
 
@@ -134,6 +195,8 @@ class Stats(msgspec.Struct, kw_only=True):
     failed: int = 0  # pages that ended in a network error after their retries
     dropped: int = 0  # queued URLs removed by an operator's drop
     revisits: int = 0  # URLs re-queued because their revisit interval passed
+    forgotten: int = 0  # seen entries removed: aged out (seen_retention) or by a forget submission
+    recrawls: int = 0  # URLs queued again by a recrawl submission although seen
 
 
 _stats_dec = msgspec.json.Decoder(Stats)
@@ -178,6 +241,9 @@ class PartitionFrontier:
         # every lease that closes on a host reschedules that host's queue (see _closed).
         self._waiters: dict[str, set[str]] = defaultdict(set)
         self._queued: Counter[str] = Counter()  # queue id → URLs queued
+        # scope → the multi-scope queue ids (SEP-joined) in _queued that contain it, so that a
+        # watched scope's row costs O(its queues); a single-scope queue is _queued[scope] itself
+        self._multi: dict[str, set[str]] = {}
         self._robots_pending: set[str] = set()  # origins whose robots.txt is being fetched
         self._rules: OrderedDict[str, Rules] = OrderedDict()  # origin → rules (LRU over R<origin>)
         self._unreported: list[str] = []  # report leases whose page is not out yet
@@ -192,10 +258,20 @@ class PartitionFrontier:
         # by looking up its own dot-suffixes, so their number does not slow dispatch
         self._overrides: dict[str, Override] = {}
         self._next_revisit: float | None = None
+        # the seen-set sweep's cursor: a slice of the fingerprint space and the last key looked at
+        # in it. Not stored: each incarnation starts at a random slice, so restarts still cover
+        # the whole set (in expectation) instead of sweeping its beginning again and again.
+        self._sweep_slice = int.from_bytes(os.urandom(2), "big") % SWEEP_SLICES
+        self._sweep_after = b""
+        self._swept_at: float | None = None  # when sweep_due last ran a sweep
 
     # -- scopes -------------------------------------------------------------------------------
     def scopes_of(self, item: UrlItem) -> list[str]:
+        """The host, its address ``ip:<address>`` (frontier.ip_scope: the router resolved it), the
+        registrable domain when it has settings of its own, and the item's named scopes."""
         scopes = [item.host]
+        if item.ip:
+            scopes.append(f"ip:{item.ip}")
         if item.domain != item.host and item.domain in self.throttle.scopes:
             scopes.append(item.domain)
         scopes.extend(f"{item.domain}#{name}" for name in sorted(set(item.scopes)))
@@ -306,6 +382,8 @@ class PartitionFrontier:
             self._queued[sys.intern(key[1 : key.index(b"\x00")].decode())] += 1
         for qid in self._queued:
             self._scheduler.schedule(qid, now)
+            if SEP in qid:
+                self._index_queue(qid)
 
     def save_stats(self) -> None:
         """Store the counters if they changed (the service calls this once per batch of events)."""
@@ -333,8 +411,25 @@ class PartitionFrontier:
     def _enqueue(self, qkey: bytes, item: UrlItem, now: float) -> None:
         qid = sys.intern(qkey[1 : qkey.index(b"\x00")].decode())
         self._put(qkey, _enc.encode(item))
+        if SEP in qid and qid not in self._queued:
+            self._index_queue(qid)
         self._queued[qid] += 1
         self._scheduler.schedule(qid, min(now, self._scheduler.scheduled_at(qid) or now))
+
+    def _index_queue(self, qid: str) -> None:
+        """A multi-scope queue id entered ``_queued``: index it under each of its scopes."""
+        for scope in qid.split(SEP):
+            self._multi.setdefault(scope, set()).add(qid)
+
+    def _forget_queue(self, qid: str) -> None:
+        """Remove ``qid`` from ``_queued`` and from the scope index (the one way out of both)."""
+        if self._queued.pop(qid, None) is not None and SEP in qid:
+            for scope in qid.split(SEP):
+                queues = self._multi.get(scope)
+                if queues is not None:
+                    queues.discard(qid)
+                    if not queues:
+                        del self._multi[scope]
 
     def _wake(self, key: str, now: float) -> None:
         for qid in self._waiters.pop(key, ()):
@@ -370,16 +465,25 @@ class PartitionFrontier:
 
     # -- events -------------------------------------------------------------------------------------
     def ingest(self, items: Iterable[UrlItem], now: float) -> int:
-        """Queue every URL not seen before; return how many were new."""
+        """Queue every URL not seen before (or seen and not open, with ``recrawl``); apply
+        ``forget`` items; return how many were queued."""
         accepted = 0
         for item in items:
             seen_key = _SEEN + seen_fingerprint(item)
-            if self.kv.get(seen_key) is not None:
-                self.stats.duplicates += 1
+            if item.forget:
+                self._forget_seen(seen_key)
                 continue
+            raw = self.kv.get(seen_key)
+            if raw is not None:
+                if not item.recrawl or read_seen(raw)[0] == SEEN_OPEN:
+                    self.stats.duplicates += 1  # (a recrawl of an open URL: it is queued or in flight)
+                    continue
+                self.stats.recrawls += 1  # its V entry, if any, is dropped when due (no longer named)
+            if item.recrawl:
+                item = msgspec.structs.replace(item, recrawl=False)  # a command, not part of the queued URL
             qid = sys.intern(SEP.join(self.scopes_of(item)))  # one string object per queue
             self._enqueue(self._qkey(qid, item, now), item, now)
-            self._put(seen_key, b"1")
+            self._put(seen_key, seen_value(SEEN_OPEN, now))
             accepted += 1
         self.stats.ingested += accepted
         return accepted
@@ -395,7 +499,7 @@ class PartitionFrontier:
                 break
             head = self.kv.first(queue_prefix(qid))
             if head is None:
-                self._queued.pop(qid, None)
+                self._forget_queue(qid)
                 continue  # no work left: the queue leaves the heap
             qkey, raw = head
             item = _item_dec.decode(raw)
@@ -451,7 +555,7 @@ class PartitionFrontier:
         # robots.txt redirects are followed one hop per job, each through the same throttling
         hop = self._robots_record(site)
         url = hop.redirect if hop is not None and hop.redirect else robots_url(item.url)
-        robots_item = UrlItem(url=url, host=host, domain=item.domain, meta={})
+        robots_item = UrlItem(url=url, host=host, domain=item.domain, ip=item.ip, meta={})  # ip: feedback's partition
         self._robots_pending.add(site)
         job = self._lease(robots_item, b"", scopes, now, kind="robots", not_before=max(now, decision.at), site=site)
         out.jobs.append(job)
@@ -463,6 +567,7 @@ class PartitionFrontier:
         lease_id = f"{self._lease_prefix}{self._lease_seq:x}"
         lease = Lease(qkey=qkey, item=item, deadline=now, scopes=scopes, kind=kind, error=error)
         self._put(_LEASE + lease_id.encode(), _enc.encode(lease))  # written before the entry goes
+        self._settle(item, now)  # its fate is decided now (the report lease holds it until published)
         if qkey:
             self._delete(qkey)
         self._unreported.append(lease_id)
@@ -553,6 +658,8 @@ class PartitionFrontier:
                 self.stats.fetched += 1
             if item.revisit > 0:
                 self._schedule_revisit(item, now)
+            else:
+                self._settle(item, now)  # before the lease goes: a crash between leaves it leased
         event = policy.Done(sent_at=fb.sent_at, done_at=fb.done_at, dispatched_at=lease.dispatched_at, status=fb.status,
                             latency=fb.latency, error=fb.error, headers=fb.headers, adjust=item.adjust,
                             outcome=fb.outcome)  # fmt: skip
@@ -569,6 +676,8 @@ class PartitionFrontier:
         if fb.outcome == "expired" or fb.sent_at <= 0 or not fb.host:
             return
         scopes = [fb.host]
+        if fb.ip:
+            scopes.append(f"ip:{fb.ip}")
         if fb.domain and fb.domain != fb.host and fb.domain in self.throttle.scopes:
             scopes.append(fb.domain)
         event = policy.Done(sent_at=fb.sent_at, status=fb.status, latency=fb.latency, error=fb.error,
@@ -578,34 +687,101 @@ class PartitionFrontier:
 
     # -- recrawl ------------------------------------------------------------------------------------
     def _schedule_revisit(self, item: UrlItem, now: float) -> None:
-        """The seen entry keeps the last fetch time; the URL waits in ``V`` until it is due."""
+        """The URL waits in ``V`` until it is due; its seen entry (a *revisit*) keeps the last fetch
+        time and names that ``V`` entry. ``V`` is written first: a seen entry never names a
+        missing one (a ``V`` entry no seen entry names is dropped when due)."""
         fingerprint = seen_fingerprint(item)
-        due = now + item.revisit
-        self._put(_SEEN + fingerprint, f"{now:.3f}".encode())
+        due_ms = int((now + item.revisit) * 1000)
         fresh = msgspec.structs.replace(item, attempts=0, redirects=0)
-        self._put(_REVISIT + _DUE.pack(int(due * 1000)) + fingerprint, _enc.encode(fresh))
+        self._put(_REVISIT + _DUE.pack(due_ms) + fingerprint, _enc.encode(fresh))
+        self._put(_SEEN + fingerprint, seen_value(SEEN_REVISIT, now, due_ms))
+        due = due_ms / 1000
         if self._next_revisit is None or due < self._next_revisit:
             self._next_revisit = due
 
     def _requeue_revisits(self, now: float, limit: int = 1000) -> None:
         self._next_revisit = None
         for n, (key, raw) in enumerate(self.kv.scan(_REVISIT)):
-            due = _DUE.unpack(key[1:9])[0] / 1000
+            due_ms = _DUE.unpack(key[1:9])[0]
+            due = due_ms / 1000
             if due > now or n >= limit:
                 self._next_revisit = max(due, now)
                 return
+            seen_key = _SEEN + key[9:]
+            seen = self.kv.get(seen_key)
+            state, _, named = read_seen(seen) if seen is not None else (SEEN_LEGACY, -1.0, -1)
+            if state != SEEN_REVISIT or named not in (-1, due_ms):
+                self._delete(key)  # forgotten, or re-queued by a recrawl since: this chain ends here
+                continue
             item = _item_dec.decode(raw)
             qid = sys.intern(SEP.join(self.scopes_of(item)))
             self._enqueue(self._qkey(qid, item, now), item, now)  # queued before the V entry goes
+            self._put(seen_key, seen_value(SEEN_OPEN, now))
             self._delete(key)
             self.stats.revisits += 1
+
+    # -- the seen set's lifecycle -------------------------------------------------------------------
+    def _settle(self, item: UrlItem, now: float) -> None:
+        """The URL's fate is decided (fetched, failed, disallowed, dropped): stamp its seen entry
+        *done*; the retention counts from here."""
+        self._put(_SEEN + seen_fingerprint(item), seen_value(SEEN_DONE, now))
+
+    def _forget_seen(self, seen_key: bytes) -> None:
+        """A forget submission: remove the entry unless it is open (queued or in flight)."""
+        raw = self.kv.get(seen_key)
+        if raw is None or read_seen(raw)[0] == SEEN_OPEN:
+            return
+        self._delete(seen_key)  # a revisit's V entry is dropped when due (no longer named)
+        self.stats.forgotten += 1
+
+    def sweep_due(self, now: float) -> int:
+        """Run :meth:`sweep_seen` if the last run is ``SWEEP_INTERVAL`` old (the service calls
+        this on every dispatch round); return what it forgot."""
+        if self._swept_at is not None and self._swept_at <= now < self._swept_at + SWEEP_INTERVAL:
+            return 0
+        self._swept_at = now
+        return self.sweep_seen(now)
+
+    def sweep_seen(self, now: float, limit: int = SWEEP_BATCH) -> int:
+        """Forget *done* seen entries stamped ``seen_retention`` or more before ``now``; return
+        how many. Looks at ``limit`` entries at most, from a cursor that wraps around, and opens
+        ``SWEEP_SLICES_PER_CALL`` slices at most: a full cycle over N entries takes about
+        ``max(N / limit, SWEEP_SLICES / SWEEP_SLICES_PER_CALL)`` calls. Entries written before
+        issue 13 (``b"1"``) are stamped *done* at ``now`` when first met. Open and revisit
+        entries are never forgotten by age. Pure: ``now`` is passed in."""
+        retention = self.settings.seen_retention
+        if retention <= 0 or limit <= 0:
+            return 0
+        looked = forgotten = 0
+        for _ in range(SWEEP_SLICES_PER_CALL):
+            after = self._sweep_after
+            for key, value in self.kv.scan(_SEEN + _SLICE.pack(self._sweep_slice)):
+                if key <= after:
+                    continue  # looked at by an earlier call (the slice is resumed, not restarted)
+                if looked >= limit:
+                    self.stats.forgotten += forgotten
+                    return forgotten
+                looked += 1
+                self._sweep_after = key
+                state, stamp, _ = read_seen(value)
+                if state == SEEN_DONE and now - stamp >= retention:
+                    self._delete(key)
+                    forgotten += 1
+                elif state == SEEN_LEGACY:
+                    self._put(key, seen_value(SEEN_DONE, now))
+            self._sweep_slice = (self._sweep_slice + 1) % SWEEP_SLICES
+            self._sweep_after = b""
+            if looked >= limit:
+                break
+        self.stats.forgotten += forgotten
+        return forgotten
 
     # -- operators' commands ----------------------------------------------------------------------
     def control(self, cmd: ControlCommand, now: float) -> int:
         """Apply a scope command; return the queued URLs it dropped (drop) or 0."""
         name = cmd.scope
         if cmd.action == "drop":
-            return self._drop(name)
+            return self._drop(name, now)
         new = updated(self._overrides.get(name, Override()), cmd)
         if name not in self._overrides and not new.empty() and len(self._overrides) >= MAX_OVERRIDES:
             raise Refused(f"{len(self._overrides)} scope overrides in partition {self.partition} already "
@@ -622,15 +798,16 @@ class PartitionFrontier:
                 self._scheduler.schedule(qid, now)
         return 0
 
-    def _drop(self, name: str) -> int:
+    def _drop(self, name: str, now: float) -> int:
         dropped = 0
         for qid in list(self._queued):
             if not any(covers(name, scope) for scope in qid.split(SEP)):
                 continue
-            for key, _ in list(self.kv.scan(queue_prefix(qid))):
+            for key, raw in list(self.kv.scan(queue_prefix(qid))):
+                self._settle(_item_dec.decode(raw), now)  # before the entry goes (a crash: still queued)
                 self._delete(key)
                 dropped += 1
-            self._queued.pop(qid, None)
+            self._forget_queue(qid)
         self.stats.dropped += dropped
         return dropped
 
@@ -756,9 +933,12 @@ class PartitionFrontier:
         return [self.scope_row(scope, now, n, biggest.get(scope, (0, ""))[1]) for scope, n in queued.most_common(top)]
 
     def scope_row(self, scope: str, now: float, queued: int | None = None, qid: str = "") -> ScopeStatus:
-        """One scope's status row (``queued`` counted over its queues when not given)."""
+        """One scope's status row (``queued`` counted over its queues when not given: its own
+        queue and the multi-scope queues the index lists for it, O(its queues), never a scan)."""
         if queued is None:
-            mine = [(n, q) for q, n in self._queued.items() if scope in q.split(SEP)]
+            mine = [(self._queued[q], q) for q in self._multi.get(scope, ())]
+            if scope in self._queued:
+                mine.append((self._queued[scope], scope))
             queued = sum(n for n, _ in mine)
             qid = max(mine)[1] if mine else ""
         s = self.scope_settings(scope)

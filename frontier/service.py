@@ -281,6 +281,7 @@ class FrontierService:
         for owned in list(self._owned.values()):
             f = owned.frontier
             f.expire_leases(now)
+            f.sweep_due(now)  # forgets aged-out seen entries, a bounded slice at most once a second
             result = f.dispatch(now)
             if owned.dirty:
                 # the round's leases must be in the changelog before anyone can act on them

@@ -3,6 +3,29 @@
 Pure functions, no I/O: the tldextract suffix list is the snapshot bundled with the package
 (never fetched at run time). A value that cannot be accepted raises :class:`Rejection` with a
 short, stable reason that ends up on ``crawl.rejected``.
+
+**One name per server.** The scope host (``UrlItem.host``), the registrable domain and the
+canonical URL spell a host one way (:func:`normal_host`): lower case, IDNA, trailing dots
+removed, an IPv4 address in any form the WHATWG URL standard (and ``inet_aton``) accepts --
+``2130706433``, ``0x7f000001``, ``0177.0.0.1``, ``127.1``, ``0x7f.1``, mixed bases -- written
+as dotted decimal, an IPv6 address compressed. So ``example.com``, ``EXAMPLE.com.``,
+``127.0.0.1``, ``2130706433`` and ``0x7f.0.0.1.`` are two scopes (one name, one address), not
+five. A host that ends in a number but is no IPv4 address (``1.2.3.999``, ``a.1``) is rejected,
+as browsers reject it; so is an IPv6 zone id.
+
+The URL that is *fetched* (:func:`as_given`) keeps the user's spelling of a host name, with
+its trailing dot: ``example.com.`` is a different ``Host`` header, and a virtual host may
+answer it differently. IP literals are rewritten there too (dotted decimal IPv4, compressed
+IPv6): every WHATWG parser does the same, so the server cannot tell the difference, and the
+worker's address check (``workers.safety``) sees the plain address.
+
+**Scope limits.** A submission names at most :data:`MAX_SCOPES` distinct scopes, each at most
+:data:`MAX_SCOPE_CHARS` characters, together at most :data:`MAX_SCOPES_CHARS`; duplicates
+collapse (first spelling kept, order kept). The scopes are part of the queue key and every
+scope is a state record in the changelog, and follow-ups copy them: without the limits a 63 KB
+submission made a 171 KB queue key and 9,003 changelog records for one job. Over a limit, the
+submission is rejected with the reason; the router applies the same check to the follow-ups
+workers publish (they copy an item's validated scopes, so they never exceed it).
 """
 
 from __future__ import annotations
@@ -21,6 +44,9 @@ from topics.schemas import Submission, UrlItem
 MAX_URL_LENGTH = 2048
 MAX_INPUT_BYTES = 64 * 1024
 DEFAULT_PORTS = {"http": 80, "https": 443}
+MAX_SCOPES = 8  # distinct named scopes per URL
+MAX_SCOPE_CHARS = 64  # characters per scope name
+MAX_SCOPES_CHARS = 256  # characters of all of a URL's scope names together
 
 # suffix_list_urls=() → offline: use the snapshot shipped inside tldextract, never the network.
 _extract = tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None)
@@ -46,6 +72,68 @@ def registrable_domain(host: str) -> str:
     if ext.domain and ext.suffix:
         return f"{ext.domain}.{ext.suffix}"
     return host
+
+
+_DIGITS = {10: frozenset("0123456789"), 8: frozenset("01234567"), 16: frozenset("0123456789abcdefABCDEF")}
+
+
+def _ipv4_number(part: str) -> int | None:
+    """One part of an IPv4 address as WHATWG reads it (``0x`` hex, leading ``0`` octal, else
+    decimal; ``0x`` alone is 0), or None when it is not a number."""
+    base = 10
+    if part[:2] in ("0x", "0X"):
+        part, base = part[2:], 16
+    elif len(part) > 1 and part[0] == "0":
+        part, base = part[1:], 8
+    if not part:
+        return 0 if base == 16 else None
+    if not set(part) <= _DIGITS[base]:
+        return None
+    return int(part, base)
+
+
+def _ipv4(host: str) -> str | None:
+    """The dotted decimal form of ``host`` when it ends in a number (an IPv4 address in some
+    form, WHATWG's "ends in a number" rule), None when it does not; raise :class:`Rejection`
+    when it ends in a number but is not an IPv4 address."""
+    parts = host.split(".")
+    last = parts[-1]
+    if not (last and last.isascii() and last.isdigit()) and not (
+        last[:2] in ("0x", "0X") and _ipv4_number(last) is not None
+    ):
+        return None
+    numbers = [_ipv4_number(p) for p in parts] if len(parts) <= 4 else [None]
+    if any(n is None for n in numbers):
+        raise Rejection(f"invalid IPv4 address {host[:60]!r}")
+    values = [n for n in numbers if n is not None]
+    if any(n > 255 for n in values[:-1]) or values[-1] >= 256 ** (5 - len(values)):
+        raise Rejection(f"invalid IPv4 address {host[:60]!r}")
+    address = values[-1]
+    for i, n in enumerate(values[:-1]):
+        address += n << (8 * (3 - i))
+    return str(ipaddress.IPv4Address(address))
+
+
+def normal_host(host: str) -> str:
+    """The one spelling of a server's name (see the module docstring); raise :class:`Rejection`
+    when it is an invalid address. ``host`` is as :func:`urllib.parse.urlsplit` gives it
+    (lower case, IPv6 without brackets)."""
+    if ":" in host:  # only IPv6 literals have colons in a hostname
+        if "%" in host:
+            raise Rejection(f"IPv6 zone id in url {host[:60]!r}")
+        try:
+            return ipaddress.IPv6Address(host).compressed
+        except ValueError:
+            raise Rejection(f"invalid IPv6 address {host[:60]!r}") from None
+    host = host.rstrip(".").lower()
+    if not host:
+        return host
+    return _ipv4(host) or host
+
+
+def _netloc(host: str, port: int | None) -> str:
+    shown = f"[{host}]" if ":" in host else host
+    return shown if port is None else f"{shown}:{port}"
 
 
 def canonicalize(url: str) -> tuple[str, str]:
@@ -76,12 +164,14 @@ def canonicalize(url: str) -> tuple[str, str]:
     except (ValueError, UnicodeError) as exc:
         raise Rejection(f"unparseable url: {exc}") from None
     cparts = urlsplit(canonical)
-    host = cparts.hostname or ""
+    host = normal_host(cparts.hostname or "")
     if not host:
         raise Rejection("no host")
-    if cparts.port is not None and DEFAULT_PORTS.get(scheme) == cparts.port:
-        # w3lib keeps an explicit default port; http://a:80/ and http://a/ are one URL
-        netloc = cparts.netloc.rsplit(":", 1)[0]
+    # w3lib keeps an explicit default port (http://a:80/ and http://a/ are one URL) and the
+    # host's trailing dot and numeric address forms (one server, one spelling)
+    cport = None if DEFAULT_PORTS.get(scheme) == cparts.port else cparts.port
+    netloc = _netloc(host, cport)
+    if netloc != cparts.netloc:
         canonical = cparts._replace(netloc=netloc).geturl()
     if len(canonical) > MAX_URL_LENGTH:
         raise Rejection(f"url too long after canonicalisation ({len(canonical)} chars)")
@@ -109,17 +199,50 @@ def as_given(url: str) -> str:
     except (ValueError, UnicodeError) as exc:
         raise Rejection(f"unparseable url: {exc}") from None
     safe = safe.split("#", 1)[0]
+    try:
+        parts = urlsplit(safe)
+        hostname, port = parts.hostname or "", parts.port
+    except ValueError as exc:
+        raise Rejection(f"unparseable url: {exc}") from None
+    if hostname:
+        host = normal_host(hostname)
+        netloc = _netloc(host, port)
+        if (":" in host or _is_ipv4(host)) and netloc != parts.netloc:  # an IP literal: its plain form
+            safe = parts._replace(netloc=netloc).geturl()
     if len(safe) > MAX_URL_LENGTH:
         raise Rejection(f"url too long after encoding ({len(safe)} chars)")
     return safe
 
 
+def _is_ipv4(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def valid_scopes(scopes: list[str]) -> list[str]:
+    """A submission's named scopes, duplicates collapsed (order kept), or :class:`Rejection`
+    when one is invalid or they exceed :data:`MAX_SCOPES` / :data:`MAX_SCOPE_CHARS` /
+    :data:`MAX_SCOPES_CHARS`."""
+    unique = list(dict.fromkeys(scopes))
+    for scope in unique:
+        if not scope or len(scope) > MAX_SCOPE_CHARS or any(c == "#" or c < " " or c == "\x7f" for c in scope):
+            raise Rejection(f"invalid scope name {scope[:50]!r} (1-{MAX_SCOPE_CHARS} characters, no '#' or "
+                            "control characters)")  # fmt: skip
+    if len(unique) > MAX_SCOPES:
+        raise Rejection(f"too many scopes ({len(unique)} > {MAX_SCOPES})")
+    total = sum(len(scope) for scope in unique)
+    if total > MAX_SCOPES_CHARS:
+        raise Rejection(f"scope names too long together ({total} > {MAX_SCOPES_CHARS} characters)")
+    return unique
+
+
 def item_from_submission(sub: Submission) -> UrlItem:
     canonical, host = canonicalize(sub.url)
     given = as_given(sub.url)
-    for scope in sub.scopes:
-        if not scope or len(scope) > 200 or any(c in scope for c in "#\x00\x1f"):
-            raise Rejection(f"invalid scope name {scope[:50]!r}")
+    scopes = valid_scopes(sub.scopes)
     if not (sub.cost >= 0 and sub.cost < 1e12):
         raise Rejection("invalid cost")
     if not (sub.revisit >= 0 and sub.revisit < 1e9):
@@ -132,11 +255,13 @@ def item_from_submission(sub: Submission) -> UrlItem:
         priority=sub.priority,
         meta=sub.meta,
         follow=max(0, sub.follow),
-        scopes=sub.scopes,
+        scopes=scopes,
         redirects=max(0, sub.redirects),
         cost=sub.cost,
         adjust=sub.autothrottle,
         revisit=sub.revisit,
+        recrawl=sub.recrawl,
+        forget=sub.forget,
     )
 
 

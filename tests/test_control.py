@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from frontier import partition as partition_module
 from frontier.control import control_record, covers, scope_domain
-from frontier.partition import PartitionFrontier, Refused
+from frontier.partition import SEEN_REVISIT, PartitionFrontier, Refused, read_seen
 from frontier.store import MemoryKV
 from frontier.urls import parse_input, url_fingerprint
 from tests.test_partition import SETTINGS, THROTTLE, Log, fb, items
@@ -105,7 +105,8 @@ def test_recrawl_requeues_a_url_when_its_revisit_interval_passes() -> None:
     f.ingest([item], 0.0)
     (job,) = f.dispatch(0.0).jobs
     f.feedback(fb(job, sent_at=0.0), 1.0)
-    assert f.kv.get(b"S" + url_fingerprint(item.url)) == b"1.000"  # the seen entry keeps the last fetch time
+    seen = f.kv.get(b"S" + url_fingerprint(item.url))  # the seen entry keeps the last fetch time and the due time
+    assert seen is not None and read_seen(seen) == (SEEN_REVISIT, 1.0, 61_000)
     wake = f.next_wakeup()
     assert f.dispatch(30.0).jobs == [] and wake is not None and wake <= 61.0
     (again,) = f.dispatch(61.0).jobs

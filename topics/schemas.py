@@ -23,8 +23,16 @@ import msgspec
 SCHEMA_VERSION = 1
 
 
-class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
-    """The JSON form a user may publish on ``crawl.urls``."""
+class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True, omit_defaults=True):
+    """The JSON form a user may publish on ``crawl.urls``.
+
+    Fields added later have defaults and are omitted when they have them, so records of either
+    age decode with either code. ``recrawl`` and ``forget`` (added for issue 13) are seen-set
+    commands carried by the normal input path to the partition owning the URL's domain:
+    ``recrawl`` queues the URL even if it was seen (unless it is still queued or in flight),
+    ``forget`` removes it from the seen set (queues nothing). A router or frontier older than
+    these fields would take a ``forget`` for a plain submission: upgrade them first.
+    """
 
     url: str
     priority: int = 0
@@ -35,6 +43,8 @@ class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True):
     cost: float = 1.0  # quota units this URL consumes in each of its scopes
     autothrottle: bool = True  # False: this URL's latency must not move the AutoThrottle delay
     revisit: float = 0.0  # seconds after a successful fetch when the URL is due again (0: once)
+    recrawl: bool = False  # queue it even if it was seen before (not twice while it is queued or in flight)
+    forget: bool = False  # remove it from the seen set instead of queueing it
 
 
 class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -59,6 +69,11 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     attempts: int = 0  # fetch attempts already made (retries of 429 / 5xx / network errors)
     revisit: float = 0.0  # recrawl interval, seconds (0: fetch once)
     canonical: str = ""  # canonical form for the seen-set, when it differs from url
+    recrawl: bool = False  # seen-set command from the Submission (never stored on a queued item)
+    forget: bool = False  # seen-set command from the Submission: forget the URL, queue nothing
+    # the host's address when frontier.ip_scope is on (the router resolved it): the partition key
+    # instead of ``domain``, and the scope ``ip:<address>``; empty otherwise (and in older records)
+    ip: str = ""
 
 
 class UrlBatch(msgspec.Struct, kw_only=True):
@@ -96,6 +111,7 @@ class Feedback(msgspec.Struct, kw_only=True, omit_defaults=True):
     domain: str
     url: str
     outcome: str
+    ip: str = ""  # the job's UrlItem.ip: with ``domain``, where the feedback goes (topics.partitioning)
     status: int = 0
     latency: float = 0.0  # send → response headers, seconds
     sent_at: float = 0.0  # epoch seconds when the request was sent (0 if never sent)
