@@ -1,6 +1,6 @@
 """``crawl-frontier``: the one console script.
 
-Subcommands: ``kafka up|down|status``, ``topics create``, ``submit``, ``pages``, ``status``,
+Subcommands: ``kafka up|down|status``, ``topics create``, ``submit``, ``forget``, ``pages``, ``status``,
 ``scope``, ``frontier``, ``router``, ``worker``, ``demo``. Every command takes ``--config FILE``
 (TOML; see ``frontier.config``); errors in arguments or configuration print one clear line and
 exit with status 2.
@@ -98,7 +98,32 @@ def _read_urls(args: argparse.Namespace) -> Iterator[bytes]:
                     yield line
 
 
-def cmd_submit(args: argparse.Namespace) -> int:
+def submission_value(line: bytes, *, follow: int = 0, recrawl: bool = False, forget: bool = False) -> bytes:
+    """The ``crawl.urls`` record for one URL or JSON submission given on the command line or in a
+    file, with the options added. ``--follow`` applies to bare URLs only (a JSON submission says
+    its own); ``--recrawl`` and forget apply to every line, JSON objects included, so a forget
+    never goes out as a plain submission. A line that is not a JSON object goes as a URL (the
+    router rejects what is not one, with the reason)."""
+    flags = {name: True for name, on in (("recrawl", recrawl), ("forget", forget)) if on}
+    if line.startswith(b"{"):
+        if not flags:
+            return line
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return line  # not JSON: the router rejects it
+        return json.dumps({**obj, **flags}).encode() if isinstance(obj, dict) else line
+    extra: dict[str, Any] = {"follow": follow} if follow else {}
+    if not flags and not extra:
+        return line
+    return json.dumps({"url": line.decode(errors="replace"), **extra, **flags}).encode()
+
+
+def cmd_forget(args: argparse.Namespace) -> int:
+    return cmd_submit(args, forget=True)
+
+
+def cmd_submit(args: argparse.Namespace, forget: bool = False) -> int:
     from confluent_kafka import Producer
 
     from frontier.kafka_io import producer_conf
@@ -107,6 +132,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if not args.urls and not args.file:
         print("error: give URLs or --file", file=sys.stderr)
         return 2
+    follow, recrawl = getattr(args, "follow", 0), getattr(args, "recrawl", False)
     producer = Producer(producer_conf(cfg.kafka.client_conf(), **{"linger.ms": 20}))
     failures: list[str] = []
 
@@ -116,9 +142,8 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
     count = 0
     started = shown = time.monotonic()
-    for value in _read_urls(args):
-        if args.follow and not value.startswith(b"{"):
-            value = json.dumps({"url": value.decode(errors="replace"), "follow": args.follow}).encode()
+    for line in _read_urls(args):
+        value = submission_value(line, follow=follow, recrawl=recrawl, forget=forget)
         while True:
             try:
                 producer.produce(cfg.topics.urls, value, on_delivery=delivered)
@@ -133,7 +158,10 @@ def cmd_submit(args: argparse.Namespace) -> int:
     if left or failures:
         print(f"error: {left} undelivered, {len(failures)} failed: {failures[:3]}", file=sys.stderr)
         return 1
-    print(f"submitted {count} record(s) to {cfg.topics.urls}")
+    if forget:
+        print(f"sent {count} forget record(s) to {cfg.topics.urls} (applied by the instance owning each URL)")
+    else:
+        print(f"submitted {count} record(s) to {cfg.topics.urls}")
     return 0
 
 
@@ -298,7 +326,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("urls", nargs="*")
     s.add_argument("--file", "-f", help="file with one URL or JSON submission per line ('-' for stdin)")
     s.add_argument("--follow", type=int, default=0, help="follow same-site links this many levels deep")
+    s.add_argument("--recrawl", action="store_true",
+                   help="crawl again even if seen before (not twice while still queued or in flight)")  # fmt: skip
     s.set_defaults(func=cmd_submit)
+
+    fg = sub.add_parser("forget", help="remove URLs from the seen set (a later submit crawls them again)")
+    fg.add_argument("urls", nargs="*")
+    fg.add_argument("--file", "-f", help="file with one URL or JSON submission per line ('-' for stdin)")
+    fg.set_defaults(func=cmd_forget)
 
     pg = sub.add_parser("pages", help="print fetched pages as JSON lines")
     pg.add_argument("--follow", action="store_true", help="keep waiting for new pages")

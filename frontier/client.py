@@ -65,6 +65,7 @@ class FrontierClient:
         meta: dict[str, Any] | None = None,
         follow: int = 0,
         revisit: float = 0.0,
+        recrawl: bool = False,
         flush: bool = True,
     ) -> int:
         """Publish ``urls`` to ``crawl.urls``; return how many were published.
@@ -72,13 +73,26 @@ class FrontierClient:
         ``priority``: higher first within a host. ``scopes``: extra throttling scopes (e.g.
         ``["api"]``, qualified by each URL's registrable domain). ``meta`` comes back on the page.
         ``follow``: same-site link levels to follow. ``revisit``: seconds after a fetch when the
-        URL is due again (0: fetch once). Invalid URLs are not refused here: the router puts them
-        on ``crawl.rejected`` with the reason, as for any producer.
+        URL is due again (0: fetch once). ``recrawl``: queue the URLs even if they were crawled
+        before (a URL still queued or in flight is not queued twice). Invalid URLs are not
+        refused here: the router puts them on ``crawl.rejected`` with the reason, as for any producer.
         With ``flush`` (default) this waits until Kafka acknowledged every record and raises
         :class:`SubmitError` if any failed.
         """
         base = Submission(url="", priority=priority, scopes=list(scopes), meta=dict(meta or {}), follow=follow,
-                          revisit=revisit)  # fmt: skip
+                          revisit=revisit, recrawl=recrawl)  # fmt: skip
+        return self._submit(base, urls, flush)
+
+    def forget(self, urls: Iterable[str], *, flush: bool = True) -> int:
+        """Remove ``urls`` from the seen set, so that a later submission crawls them again; return
+        how many were published. Nothing is queued. A URL still queued or in flight is left
+        alone (it is fetched anyway; forget it after its page is out). Forgetting a URL with a
+        revisit interval ends its revisits. Goes through ``crawl.urls`` like a submission, so it
+        reaches the partition owning the URL's domain; ``flush`` as for :meth:`submit`.
+        """
+        return self._submit(Submission(url="", forget=True), urls, flush)
+
+    def _submit(self, base: Submission, urls: Iterable[str], flush: bool) -> int:
         count = 0
         for url in urls:
             value = encode(msgspec.structs.replace(base, url=url))

@@ -68,6 +68,7 @@ from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from operator import itemgetter
+from typing import NamedTuple
 from urllib.parse import urljoin
 
 import msgspec
@@ -134,6 +135,8 @@ def read_seen(value: bytes) -> tuple[int, float, int]:
         except ValueError:
             pass
     return SEEN_LEGACY, -1.0, -1
+
+
 MAX_OVERRIDES = 100_000  # operators' overrides per partition (kept in memory: ~0.2 KB each)
 
 
@@ -200,6 +203,13 @@ class Stats(msgspec.Struct, kw_only=True):
 
 
 _stats_dec = msgspec.json.Decoder(Stats)
+
+
+class Sweep(NamedTuple):
+    """What one call of :meth:`PartitionFrontier.sweep_seen` did."""
+
+    looked: int  # seen entries looked at (at most the call's limit)
+    forgotten: int  # of them, deleted (aged out)
 
 
 @dataclass(frozen=True)
@@ -734,24 +744,25 @@ class PartitionFrontier:
         self._delete(seen_key)  # a revisit's V entry is dropped when due (no longer named)
         self.stats.forgotten += 1
 
-    def sweep_due(self, now: float) -> int:
+    def sweep_due(self, now: float) -> Sweep:
         """Run :meth:`sweep_seen` if the last run is ``SWEEP_INTERVAL`` old (the service calls
-        this on every dispatch round); return what it forgot."""
+        this on every dispatch round)."""
         if self._swept_at is not None and self._swept_at <= now < self._swept_at + SWEEP_INTERVAL:
-            return 0
+            return Sweep(0, 0)
         self._swept_at = now
         return self.sweep_seen(now)
 
-    def sweep_seen(self, now: float, limit: int = SWEEP_BATCH) -> int:
+    def sweep_seen(self, now: float, limit: int = SWEEP_BATCH) -> Sweep:
         """Forget *done* seen entries stamped ``seen_retention`` or more before ``now``; return
-        how many. Looks at ``limit`` entries at most, from a cursor that wraps around, and opens
-        ``SWEEP_SLICES_PER_CALL`` slices at most: a full cycle over N entries takes about
-        ``max(N / limit, SWEEP_SLICES / SWEEP_SLICES_PER_CALL)`` calls. Entries written before
-        issue 13 (``b"1"``) are stamped *done* at ``now`` when first met. Open and revisit
-        entries are never forgotten by age. Pure: ``now`` is passed in."""
+        how many entries it looked at and forgot. Looks at ``limit`` entries at most, from a
+        cursor that wraps around, and opens ``SWEEP_SLICES_PER_CALL`` slices at most: a full
+        cycle over N entries takes at most ``N / limit + SWEEP_SLICES / SWEEP_SLICES_PER_CALL``
+        calls. Entries written before issue 13 (``b"1"``) are stamped *done* at ``now`` when
+        first met. Open and revisit entries are never forgotten by age. Pure: ``now`` is passed
+        in. An entry lives from its stamp for the retention plus, at most, one cycle."""
         retention = self.settings.seen_retention
         if retention <= 0 or limit <= 0:
-            return 0
+            return Sweep(0, 0)
         looked = forgotten = 0
         for _ in range(SWEEP_SLICES_PER_CALL):
             after = self._sweep_after
@@ -760,7 +771,7 @@ class PartitionFrontier:
                     continue  # looked at by an earlier call (the slice is resumed, not restarted)
                 if looked >= limit:
                     self.stats.forgotten += forgotten
-                    return forgotten
+                    return Sweep(looked, forgotten)
                 looked += 1
                 self._sweep_after = key
                 state, stamp, _ = read_seen(value)
@@ -774,7 +785,7 @@ class PartitionFrontier:
             if looked >= limit:
                 break
         self.stats.forgotten += forgotten
-        return forgotten
+        return Sweep(looked, forgotten)
 
     # -- operators' commands ----------------------------------------------------------------------
     def control(self, cmd: ControlCommand, now: float) -> int:
