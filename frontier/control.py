@@ -57,7 +57,20 @@ def updated(current: Override, cmd: ControlCommand) -> Override:
 
 
 def control_record(cmd: ControlCommand, partitions: int) -> tuple[bytes, bytes, int]:
-    """Validate ``cmd`` and return its (key, value, partition) on ``crawl.control``."""
+    """Validate ``cmd`` and return its (key, value, partition) on ``crawl.control``: the partition
+    of the scope's registrable domain, or for an address scope ``ip:<address>`` (frontier.ip_scope)
+    the partition of that address, where its URLs are."""
     cmd.validate()
-    domain = scope_domain(cmd.scope)
-    return domain.encode(), encode(cmd), partition_for(domain, partitions)
+    key = cmd.scope[3:] if cmd.scope.startswith("ip:") else scope_domain(cmd.scope)
+    return key.encode(), encode(cmd), partition_for(key, partitions)
+
+
+def control_records(cmd: ControlCommand, partitions: int, ip_scope: bool = False) -> list[tuple[bytes, bytes, int]]:
+    """Every (key, value, partition) ``cmd`` must go to. With ``frontier.ip_scope`` URLs are keyed
+    by their host's address, so the partition of a host, a domain or a named scope is not known:
+    the command goes to every partition (each applies it to what it holds). An address scope
+    ``ip:<address>`` has one partition in either mode (:func:`control_record`)."""
+    key, value, partition = control_record(cmd, partitions)
+    if not ip_scope or cmd.scope.startswith("ip:"):
+        return [(key, value, partition)]
+    return [(key, value, p) for p in range(partitions)]

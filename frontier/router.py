@@ -1,4 +1,4 @@
-"""The router: re-keys user input by registrable domain.
+"""The router: re-keys user input by registrable domain (or, with ``frontier.ip_scope``, by address).
 
 Consumes ``crawl.urls`` (any key, any partition) in large batches with confluent-kafka, parses
 and canonicalises each record, and produces
@@ -14,6 +14,12 @@ that the broker refuses even alone) is rejected ("submission too large after par
 rejection the broker refuses is logged and published again without its original (reason,
 length and digest only). Only failures that are not about one record (the broker unreachable,
 no authorisation, a missing topic) stop the router, uncommitted, to be retried.
+
+With ``frontier.ip_scope = true`` the router also resolves each batch's hosts
+(:class:`~frontier.addresses.Resolver`: cached, concurrent, bounded in time) and keys a URL by
+its host's address (``UrlItem.ip``, partition = murmur2(address) mod N), so hosts on one server
+share a partition and the scope ``ip:<address>`` there; a host that does not resolve in time is
+keyed by its domain as without the option. With ``ip_scope = false`` it never resolves anything.
 
 Input offsets are committed only after everything is acknowledged (at least once; the
 frontier's seen-set removes the duplicates a crash may cause). By default it runs as a thread
@@ -33,10 +39,11 @@ from typing import NamedTuple, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
+from frontier.addresses import Resolver
 from frontier.kafka_io import consumer_conf, coordinates, produce, producer_conf
 from frontier.urls import Rejection, parse_input
 from topics.catalog import URL_BATCH_BYTES, Topics
-from topics.partitioning import partition_for
+from topics.partitioning import partition_of
 from topics.schemas import Rejected, UrlBatch, UrlItem, encode
 
 log = logging.getLogger(__name__)
@@ -72,10 +79,12 @@ class Origin(NamedTuple):
 
 
 def route(
-    msgs: Sequence[Message], partitions: int, topic: str
+    msgs: Sequence[Message], partitions: int, topic: str, resolver: Resolver | None = None
 ) -> tuple[dict[int, list[tuple[UrlItem, Origin]]], list[Rejected]]:
-    """Split consumed records into per-partition URLs (with their origins) and rejections (pure)."""
-    routed: dict[int, list[tuple[UrlItem, Origin]]] = defaultdict(list)
+    """Split consumed records into per-partition URLs (with their origins) and rejections (pure
+    but for the ``resolver``, given only with ``frontier.ip_scope``: then each URL carries its
+    host's address and is keyed by it)."""
+    accepted: list[tuple[UrlItem, Origin]] = []
     rejected: list[Rejected] = []
     for msg in msgs:
         raw = msg.value() or b""
@@ -90,7 +99,14 @@ def route(
             log.exception("unexpected error parsing %s[%d]@%d", topic, partition, offset)
             rejected.append(origin.reject(f"unparseable: {type(exc).__name__}: {exc}"))
             continue
-        routed[partition_for(item.domain, partitions)].append((item, origin))
+        accepted.append((item, origin))
+    if resolver is not None and accepted:
+        addresses = resolver.addresses({item.host for item, _ in accepted})
+        for item, _ in accepted:
+            item.ip = addresses.get(item.host, "")
+    routed: dict[int, list[tuple[UrlItem, Origin]]] = defaultdict(list)
+    for item, origin in accepted:
+        routed[partition_of(item, partitions)].append((item, origin))
     return routed, rejected
 
 
@@ -156,14 +172,18 @@ def refused(err: KafkaError) -> bool:
 
 
 def forward(
-    msgs: Sequence[Message], topics: Topics, deliver: Deliver, max_bytes: int = URL_BATCH_BYTES
+    msgs: Sequence[Message],
+    topics: Topics,
+    deliver: Deliver,
+    max_bytes: int = URL_BATCH_BYTES,
+    resolver: Resolver | None = None,
 ) -> tuple[int, int]:
     """Route ``msgs`` and publish the result with ``deliver`` until every URL is on
     ``crawl.urls.bydomain`` (in records of at most ``max_bytes``) or rejected; return (URLs
     routed, records rejected).
 
     Raises only when a failure is not about one record (then nothing may be committed)."""
-    routed, rejected = route(msgs, topics.partitions, topics.urls)
+    routed, rejected = route(msgs, topics.partitions, topics.urls, resolver)
     pending: list[Outgoing] = []
     for partition, items in routed.items():
         entries = [(encode(item), origin) for item, origin in items]
@@ -221,8 +241,9 @@ def _after_failure(topics: Topics, out: Outgoing, err: KafkaError) -> list[Outgo
 
 
 class Router:
-    def __init__(self, client: Mapping[str, str], topics: Topics, group: str) -> None:
+    def __init__(self, client: Mapping[str, str], topics: Topics, group: str, *, ip_scope: bool = False) -> None:
         self.topics = topics
+        self.resolver = Resolver() if ip_scope else None  # frontier.ip_scope: key URLs by their host's address
         self._consumer = Consumer(consumer_conf(client, group, **{"max.poll.interval.ms": 300000}))
         self._producer = Producer(producer_conf(client, **{"linger.ms": 5}))
         self._stop = threading.Event()
@@ -265,9 +286,11 @@ class Router:
         finally:
             self._producer.flush(30)
             self._consumer.close()
+            if self.resolver is not None:
+                self.resolver.close()
 
     def _forward(self, msgs: list[Message]) -> None:
-        routed, rejected = forward(msgs, self.topics, self._deliver)
+        routed, rejected = forward(msgs, self.topics, self._deliver, resolver=self.resolver)
         self.routed += routed
         self.rejected += rejected
 
@@ -289,9 +312,11 @@ class Router:
             raise RuntimeError(f"router could not deliver: {left} records not acknowledged within 60 s")
 
 
-def run_router(client: Mapping[str, str], topics: Topics, group: str, stop: threading.Event) -> int:
-    """Run a router until ``stop`` is set; 1 if it failed."""
-    router = Router(client, topics, group)
+def run_router(
+    client: Mapping[str, str], topics: Topics, group: str, stop: threading.Event, *, ip_scope: bool = False
+) -> int:
+    """Run a router until ``stop`` is set; 1 if it failed. ``ip_scope``: ``frontier.ip_scope``."""
+    router = Router(client, topics, group, ip_scope=ip_scope)
     router.start()
     log.info("router started: %s -> %s", topics.urls, topics.bydomain)
     while not stop.wait(0.5):

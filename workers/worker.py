@@ -37,7 +37,7 @@ from frontier.kafka_io import AsyncProducer, consumer_conf, coordinates, produce
 from frontier.metrics import WorkerMetrics, lag
 from frontier.policy import with_margin
 from frontier.robots import MAX_ROBOTS_BYTES, agent_token
-from topics.partitioning import partition_for
+from topics.partitioning import partition_of
 from topics.schemas import (
     NETWORK_ERRORS,
     Feedback,
@@ -350,8 +350,8 @@ class FetchWorker:
         item = job.item
         self.returned += 1
         self.metrics.observe(job.kind, "expired", 0, 0.0)
-        await self._send_feedback(Feedback(lease=job.lease, host=item.host, domain=item.domain, url=item.url,
-                                           outcome="expired"))  # fmt: skip
+        await self._send_feedback(Feedback(lease=job.lease, host=item.host, domain=item.domain, ip=item.ip,
+                                           url=item.url, outcome="expired"))  # fmt: skip
 
     async def _fetch_in_slot(
         self, session: aiohttp.ClientSession, sem: asyncio.Semaphore, job: Job
@@ -543,7 +543,7 @@ class FetchWorker:
     @staticmethod
     def _feedback_of(job: Job, r: FetchResult, outcome: str, body: bytes = b"", error: str = "") -> Feedback:
         item = job.item
-        return Feedback(lease=job.lease, host=item.host, domain=item.domain, url=item.url, outcome=outcome,
+        return Feedback(lease=job.lease, host=item.host, domain=item.domain, ip=item.ip, url=item.url, outcome=outcome,
                         status=r.status, latency=r.latency, sent_at=r.sent_at, done_at=r.done_at,
                         error=error or r.error, headers=throttle_headers(r.headers), body=body)  # fmt: skip
 
@@ -558,7 +558,7 @@ class FetchWorker:
     async def _send_feedback(self, fb: Feedback) -> None:
         """Queue ``fb`` into its partition's batch; return once the batch is acknowledged."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._feedback[partition_for(fb.domain, self._partitions)].append((fb, fut))
+        self._feedback[partition_of(fb, self._partitions)].append((fb, fut))
         if self._feedback_task is None or self._feedback_task.done():
             self._feedback_task = asyncio.ensure_future(self._flush_feedback())
         await fut
