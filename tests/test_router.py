@@ -11,8 +11,10 @@ import os
 import pytest
 from confluent_kafka import KafkaError, Message
 
+from frontier.addresses import Resolver
 from frontier.router import TOO_LARGE, Outgoing, batch_record, forward, pack
 from topics.catalog import URL_BATCH_BYTES, Topics
+from topics.partitioning import partition_for
 from topics.schemas import REJECTED_ORIGINAL_BYTES, Rejected, UrlBatch, UrlItem, decode, encode
 
 TOPICS = Topics(prefix="t.", partitions=4)
@@ -145,3 +147,37 @@ def test_failures_not_about_one_record_stop_the_router_uncommitted() -> None:
         forward(msgs(b"http://ok.test/"), TOPICS, down)
     with pytest.raises(RuntimeError, match="even a minimal rejection"):
         forward(msgs(b"ftp://x.test/"), TOPICS, FakeBroker(accept=lambda out: out.rejected is None))
+
+
+def test_the_63kb_submission_with_9000_scopes_is_rejected_with_the_reason() -> None:
+    """Issue 13: it made a 171 KB queue key and 9,003 changelog records to dispatch one job."""
+    raw = json.dumps({"url": "http://many.test/", "scopes": [f"{i:x}" for i in range(9000)]},
+                     separators=(",", ":")).encode()  # fmt: skip
+    assert 50_000 < len(raw) < 64 * 1024
+    broker = FakeBroker()
+    assert forward(msgs(raw, b"http://ok.test/"), TOPICS, broker) == (1, 1)
+    [rej] = broker.rejected()
+    assert rej.reason == "too many scopes (9000 > 8)" and rej.original_length == len(raw)
+
+
+def test_with_a_resolver_urls_are_keyed_by_their_hosts_address() -> None:
+    table = {"a.test": ["10.1.1.1"], "www.b.test": ["10.1.1.1"]}
+    resolver = Resolver(lambda host: table[host] if host in table else socket_error(host))
+    try:
+        broker = FakeBroker()
+        values = [b"http://a.test/1", b"http://www.b.test/2", b"http://nx.test/3"]
+        assert forward(msgs(*values), TOPICS, broker, resolver=resolver) == (3, 0)
+    finally:
+        resolver.close()
+    placed = {item.url: (out.partition, item.ip) for out in broker.records if out.topic == TOPICS.bydomain
+              for item in decode(out.value, UrlBatch).items}  # fmt: skip
+    address = partition_for("10.1.1.1", TOPICS.partitions)
+    assert placed == {
+        "http://a.test/1": (address, "10.1.1.1"),
+        "http://www.b.test/2": (address, "10.1.1.1"),
+        "http://nx.test/3": (partition_for("nx.test", TOPICS.partitions), ""),  # no address: by its domain
+    }
+
+
+def socket_error(host: str) -> list[str]:
+    raise OSError(-2, f"{host}: Name or service not known")
