@@ -140,7 +140,9 @@ def canonicalize(url: str) -> tuple[str, str]:
     """Return ``(canonical_url, host)`` or raise :class:`Rejection`.
 
     Canonical form (w3lib): lower-case scheme and host, IDN hosts punycoded, default port
-    dropped, query arguments sorted, percent-encoding normalised, fragment removed.
+    dropped, query arguments sorted, percent-encoding normalised, fragment removed; and the
+    host in its one spelling (:func:`normal_host`: no trailing dot, IP addresses in their
+    plain form). ``host`` is that spelling: the host's scope.
     """
     url = url.strip()
     if not url:
@@ -227,12 +229,12 @@ def valid_scopes(scopes: list[str]) -> list[str]:
     when one is invalid or they exceed :data:`MAX_SCOPES` / :data:`MAX_SCOPE_CHARS` /
     :data:`MAX_SCOPES_CHARS`."""
     unique = list(dict.fromkeys(scopes))
+    if len(unique) > MAX_SCOPES:
+        raise Rejection(f"too many scopes ({len(unique)} > {MAX_SCOPES})")
     for scope in unique:
         if not scope or len(scope) > MAX_SCOPE_CHARS or any(c == "#" or c < " " or c == "\x7f" for c in scope):
             raise Rejection(f"invalid scope name {scope[:50]!r} (1-{MAX_SCOPE_CHARS} characters, no '#' or "
                             "control characters)")  # fmt: skip
-    if len(unique) > MAX_SCOPES:
-        raise Rejection(f"too many scopes ({len(unique)} > {MAX_SCOPES})")
     total = sum(len(scope) for scope in unique)
     if total > MAX_SCOPES_CHARS:
         raise Rejection(f"scope names too long together ({total} > {MAX_SCOPES_CHARS} characters)")
