@@ -324,4 +324,7 @@ def run_router(
             return 1
     router.stop()
     log.info("router stopped: %d routed, %d rejected", router.routed, router.rejected)
+    if router.resolver is not None:
+        log.info("ip_scope: %d host lookups, %d hosts routed without an address (by domain)",
+                 router.resolver.lookups, router.resolver.unresolved)  # fmt: skip
     return 0 if router.error is None else 1
