@@ -62,7 +62,7 @@ class _Totals(Collector):
             labels=["event"],
         )
         for event in ("ingested", "duplicates", "dispatched", "completed", "retried", "returned", "lost",
-                      "disallowed", "dropped", "revisits", "robots_fetched"):  # fmt: skip
+                      "disallowed", "dropped", "revisits", "forgotten", "recrawls", "robots_fetched"):  # fmt: skip
             events.add_metric([event], totals.get(event, 0))
         yield events
 

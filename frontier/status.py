@@ -115,6 +115,8 @@ def render(statuses: list[Status], top: int = 20, now: float | None = None) -> s
                 "duplicates",
                 "dropped",
                 "revisits",
+                "forgotten",
+                "recrawls",
             )
         ),
         "",
