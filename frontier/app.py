@@ -23,7 +23,7 @@ from aiohttp import web
 from frontier.config import Config
 from frontier.router import Router
 from frontier.service import FrontierService
-from frontier.web import LagProbe, StatusFeed, build_web
+from frontier.web import LagProbe, StatusFeed, build_web, check_exposure
 from topics.schemas import ControlCommand, FeedbackBatch, SchemaError, UrlBatch, decode
 
 log = logging.getLogger("frontier")
@@ -154,10 +154,12 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
 
 
 async def start_web(cfg: Config, service: FrontierService) -> web.AppRunner:
-    """The live page, JSON API and /metrics on ``frontier.web_bind:web_port``."""
+    """The live page, JSON API and /metrics on ``frontier.web_bind:web_port`` (never off
+    loopback without ``frontier.web_token``: ConfigError)."""
+    check_exposure(cfg.frontier)
     feed = StatusFeed(cfg.kafka.client_conf(), cfg.topics.status)
     feed.start()
-    app = build_web(feed, service)
+    app = build_web(feed, service, cfg.frontier.web_token)
     app.on_cleanup.append(lambda _app: asyncio.to_thread(feed.stop))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -264,8 +264,10 @@ def _check_topic_limits(cfg: Config) -> None:
 
 def cmd_frontier(args: argparse.Namespace) -> int:
     from frontier.app import run_frontier
+    from frontier.web import check_exposure
 
     cfg = _config(args)
+    check_exposure(cfg.frontier)  # no live page off loopback without a token: one line, exit status 2
     if args.debug_throttle:
         cfg = replace(cfg, frontier=replace(cfg.frontier, debug_throttle=True))
     _check_topic_limits(cfg)

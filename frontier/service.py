@@ -15,8 +15,10 @@ report lease is deleted (see ``frontier.partition``).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
+import re
 import socket
 import time
 from collections import defaultdict
@@ -28,7 +30,7 @@ import msgspec
 from confluent_kafka import Message
 
 from frontier.config import Config
-from frontier.control import control_record, scope_domain
+from frontier.control import control_record
 from frontier.kafka_io import AsyncProducer, producer_conf
 from frontier.metrics import FrontierMetrics, cause_class, fetch_class
 from frontier.partition import Dispatch, PartitionFrontier, Refused
@@ -36,15 +38,74 @@ from frontier.router import Router
 from frontier.standby import Standby
 from frontier.state import changelog_end, close_partition, db_path, open_partition
 from frontier.store import META, RocksKV
-from topics.partitioning import partition_for
+from frontier.urls import MAX_SCOPE_CHARS, normal_host, registrable_domain
 from topics.schemas import ControlCommand, FeedbackBatch, Rejected, Status, UrlBatch, encode
 
 WATCH_SECONDS = 120.0  # a charted scope stays in the snapshots this long after the page last asked
-MAX_WATCHED = 100
+WATCH_RESEND = WATCH_SECONDS / 4  # one watch command per scope per this many seconds, however many pages ask
+MAX_WATCHED = 100  # scopes reported because a page charts them (one scope_row each per snapshot)
+MAX_WATCH_SENT = 1000  # distinct scopes this instance may ask for within WATCH_RESEND (then: WatchBusy)
+MAX_WATCH_SCOPE = 253  # characters (ControlCommand's limit)
+_LABEL = re.compile(r"[a-z0-9_](?:[a-z0-9_-]{0,61}[a-z0-9_])?")
 MAX_GATE_GAUGE = 100_000  # open gates tracked for the gates-active gauge; beyond, it reads this value
 ACK_KEY = META + b"ack"  # marker records closing a run of changelog writes (tombstones; never stored)
 log = logging.getLogger("frontier")
 throttle_log = logging.getLogger("frontier.throttle")
+
+
+class WatchBusy(ValueError):
+    """Too many distinct scopes asked for within WATCH_RESEND (the reason is the message)."""
+
+
+def watch_scope(raw: str) -> str:
+    """The scope a live page may chart, in its one spelling, or :class:`ValueError` with the reason.
+
+    Accepted: a host name or IP address (lower case, no trailing dot, numeric IPv4 forms as
+    dotted quads), a registrable domain, ``domain#name`` (the domain registrable, the name as in
+    a submission: 1-64 characters, no ``#`` or control characters), or ``ip:ADDRESS``; at most
+    253 characters. Both the page (before anything is sent) and the instance receiving the
+    ``watch`` command (anyone who can write ``crawl.control`` can send one) check it.
+    """
+    scope = raw.strip()
+    if not scope:
+        raise ValueError("give a scope: a host, a registrable domain or domain#name")
+    if len(scope) > MAX_WATCH_SCOPE:
+        raise ValueError(f"scope too long ({len(scope)} > {MAX_WATCH_SCOPE} characters)")
+    if scope.startswith("ip:"):
+        return "ip:" + _watch_host(scope[3:], address=True)
+    base, named, name = scope.partition("#")
+    host = _watch_host(base)
+    if not named:
+        return host
+    if not name or len(name) > MAX_SCOPE_CHARS or any(c == "#" or c < " " or c == "\x7f" for c in name):
+        raise ValueError(f"invalid scope name {name[:50]!r} (1-{MAX_SCOPE_CHARS} characters, no '#' or control "
+                         "characters)")  # fmt: skip
+    domain = registrable_domain(host)
+    if domain != host:
+        raise ValueError(f"a named scope belongs to a registrable domain: {domain}#{name[:50]}, not {host}#...")
+    return f"{host}#{name}"
+
+
+def _watch_host(raw: str, address: bool = False) -> str:
+    text = raw.strip().lower()
+    if text.startswith("[") and text.endswith("]"):
+        text = text[1:-1]
+    try:
+        if not text.isascii():
+            text = text.encode("idna").decode("ascii")
+        host = normal_host(text)  # trailing dot, numeric IPv4 forms, IPv6 spelling
+    except (ValueError, UnicodeError) as exc:
+        raise ValueError(f"invalid host {raw[:60]!r}: {exc}") from None
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        if address:
+            raise ValueError(f"not an IP address: {raw[:60]!r}") from None
+    labels = host.split(".")
+    if not host or len(host) > MAX_WATCH_SCOPE or not all(_LABEL.fullmatch(label) for label in labels):
+        raise ValueError(f"invalid host {raw[:60]!r} (letters, digits, '-' and '_' in dot-separated labels)")
+    return host
 
 
 class Ackable(Protocol):
@@ -78,7 +139,7 @@ class FrontierService:
         self.instance = f"{socket.gethostname()}-{os.getpid()}"
         self.metrics = FrontierMetrics(self.metric_totals)
         self.watched: dict[str, float] = {}  # scope → until when a live page (any instance's) charts it
-        self._watch_sent: dict[str, float] = {}  # scope → when this instance last asked for it
+        self._watch_sent: dict[str, float] = {}  # scope → when this instance last asked for it (< WATCH_RESEND ago)
         self.router: Router | None = None  # the embedded router, if any (its rejections count here)
         self.rejected = 0  # records this process put on crawl.rejected (its router's and dead letters)
         self._gates: dict[str, float] = {}  # scope → gate end, for the gates-active gauge (bounded)
@@ -228,20 +289,61 @@ class FrontierService:
         self._mark(p, owned, (event,))
         self._wake.set()
 
-    def watch(self, scope: str) -> None:
-        """Ask the instance owning ``scope`` (maybe this one) to report it in its snapshots."""
-        now = time.monotonic()
-        if now - self._watch_sent.get(scope, -WATCH_SECONDS) < WATCH_SECONDS / 4 or len(self._watch_sent) > 1000:
-            return
+    def watch(self, scope: str) -> bool:
+        """Ask the instance owning ``scope`` (maybe this one) to report it in its snapshots for
+        WATCH_SECONDS. The scope is checked first (:func:`watch_scope`; ValueError with the reason,
+        nothing stored or sent). Return False when it was asked for less than WATCH_RESEND ago
+        (nothing sent); raise :class:`WatchBusy` when MAX_WATCH_SENT other scopes were."""
+        scope = watch_scope(scope)
+        now = self.clock()
+        last = self._watch_sent.get(scope)
+        if last is not None and 0 <= now - last < WATCH_RESEND:
+            return False
+        if last is None and len(self._watch_sent) >= MAX_WATCH_SENT:
+            self._prune_watches(now)
+            if len(self._watch_sent) >= MAX_WATCH_SENT:
+                raise WatchBusy(f"{MAX_WATCH_SENT} scopes asked for in the last {WATCH_RESEND:.0f} s: try again later")
+        cmd = ControlCommand(action="watch", scope=scope)
+        key, value, _ = control_record(cmd, self.topics.partitions)
+        for target in self._watch_partitions(scope) or range(self.topics.partitions):
+            self.producer.send_nowait(self.topics.control, value, key=key, partition=target)
         self._watch_sent[scope] = now
-        key, value, partition = control_record(ControlCommand(action="watch", scope=scope), self.topics.partitions)
-        self.producer.send_nowait(self.topics.control, value, key=key, partition=partition)
+        return True
+
+    def _watch_partitions(self, scope: str) -> set[int] | None:
+        """The partition holding ``scope`` (its domain's, or an ``ip:`` scope's address's), or None
+        for any: with ``frontier.ip_scope`` URLs are keyed by their address."""
+        if self.cfg.frontier.ip_scope and not scope.startswith("ip:"):
+            return None
+        return {control_record(ControlCommand(action="watch", scope=scope), self.topics.partitions)[2]}
+
+    def _add_watch(self, scope: str, now: float) -> None:
+        """Report ``scope`` until now + WATCH_SECONDS. At MAX_WATCHED, expired entries make room,
+        else the one that would expire first: a full map never stops new watches."""
+        if scope not in self.watched and len(self.watched) >= MAX_WATCHED:
+            self._prune_watches(now)
+            if len(self.watched) >= MAX_WATCHED:
+                del self.watched[min(self.watched, key=self.watched.__getitem__)]
+        self.watched[scope] = now + WATCH_SECONDS
+
+    def _prune_watches(self, now: float) -> None:
+        """Drop expired watches and asks older than WATCH_RESEND (every status snapshot)."""
+        self.watched = {s: until for s, until in self.watched.items() if now < until <= now + WATCH_SECONDS}
+        self._watch_sent = {s: at for s, at in self._watch_sent.items() if 0 <= now - at < WATCH_RESEND}
 
     async def handle_control(self, p: int, cmd: ControlCommand, event: Ackable) -> None:
         if cmd.action == "watch":  # no state: reported in status snapshots for a while
-            self.watched = {s: t for s, t in self.watched.items() if t > time.monotonic()}
-            if len(self.watched) < MAX_WATCHED or cmd.scope in self.watched:
-                self.watched[cmd.scope] = time.monotonic() + WATCH_SECONDS
+            try:  # anyone who can write crawl.control can send one: checked here too
+                scope = watch_scope(cmd.scope)
+                targets = self._watch_partitions(scope)
+                if targets is not None and p not in targets:
+                    raise ValueError(f"scope {scope!r} is in partition {min(targets)}, not {p}")
+            except ValueError as exc:
+                log.warning("watch %s refused: %s", cmd.scope[:100], exc)
+                offset = getattr(getattr(event, "message", None), "offset", -1)
+                await self._reject(f"watch refused: {exc}", encode(cmd), self.topics.control, p, offset)
+            else:
+                self._add_watch(scope, self.clock())
             event.ack()
             return
         owned = await self._partition(p)
@@ -348,11 +450,19 @@ class FrontierService:
         rows.sort(key=lambda r: (-r.queued, r.scope))
         rows = rows[:top]
         listed = {r.scope for r in rows}
-        watched = {s for s, until in self.watched.items() if until > time.monotonic()}
-        for scope in sorted(watched - listed):  # scopes someone is charting on a live page
-            owned = self._owned.get(partition_for(scope_domain(scope), self.topics.partitions))
-            if owned is not None:
-                rows.append(owned.frontier.scope_row(scope, now))
+        self._prune_watches(now)
+        for scope in sorted(set(self.watched) - listed):  # scopes someone is charting on a live page
+            # O(the scope's queues) each (the partition's watch index), never a scan of all queues
+            targets = self._watch_partitions(scope)
+            if targets is not None:
+                owned = self._owned.get(min(targets))
+                if owned is not None:
+                    rows.append(owned.frontier.scope_row(scope, now))
+                continue
+            for owned in self._owned.values():  # ip_scope: the partitions where it has work
+                row = owned.frontier.scope_row(scope, now)
+                if row.queued or row.inflight:
+                    rows.append(row)
         totals = self.stats()
         totals["rejected"] = self.rejected + (self.router.rejected if self.router is not None else 0)
         mark_at, mark_done = self._rate_mark
