@@ -111,7 +111,11 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
     app.on_partitions_assigned.connect(cast(Any, assigned))
     app.on_partitions_revoked.connect(cast(Any, revoked))
 
-    router = Router(cfg.kafka.client_conf(), t, group=router_group(cfg)) if cfg.frontier.embedded_router else None
+    router = (
+        Router(cfg.kafka.client_conf(), t, group=router_group(cfg), ip_scope=cfg.frontier.ip_scope)
+        if cfg.frontier.embedded_router
+        else None
+    )
     service.router = router
 
     async def run() -> None:

@@ -287,7 +287,7 @@ def cmd_router(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    return run_router(cfg.kafka.client_conf(), cfg.topics, router_group(cfg), stop)
+    return run_router(cfg.kafka.client_conf(), cfg.topics, router_group(cfg), stop, ip_scope=cfg.frontier.ip_scope)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

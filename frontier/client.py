@@ -26,7 +26,7 @@ import msgspec
 from confluent_kafka import Consumer, Producer
 
 from frontier.config import Config, load
-from frontier.control import control_record
+from frontier.control import control_records
 from frontier.kafka_io import producer_conf
 from frontier.status import Overview, overview, read_status
 from topics.schemas import ControlCommand, Page, SchemaError, Submission, decode, encode
@@ -161,8 +161,9 @@ class FrontierClient:
     # -- control -------------------------------------------------------------------------------
     def control(self, command: ControlCommand) -> None:
         """Send a scope command to the instance owning the scope's partition (acknowledged by Kafka)."""
-        key, value, partition = control_record(command, self.topics.partitions)
-        self._produce(self.topics.control, value, key, partition)
+        # with frontier.ip_scope a host's partition is not known from its name: every partition gets it
+        for key, value, partition in control_records(command, self.topics.partitions, self.config.frontier.ip_scope):
+            self._produce(self.topics.control, value, key, partition)
         self.flush()
 
     def pause(self, scope: str) -> None:
