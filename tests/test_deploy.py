@@ -1,6 +1,8 @@
 """Static validation of deploy/ (no Docker or Kubernetes here): the compose file and the
 manifests parse, every command is a valid ``crawl-frontier`` invocation, every configuration
-(file, ConfigMap, environment variables) loads, and every reference resolves."""
+(file, ConfigMap, environment variables) loads, every reference resolves, and every frontier
+that serves its live page off loopback gets its token from a secret (never from the repository)
+and is probed on ``/healthz``."""
 
 from __future__ import annotations
 
@@ -13,15 +15,18 @@ import pytest
 import yaml
 
 from frontier.cli import build_parser
-from frontier.config import Config, load, merge_env
+from frontier.config import Config, ConfigError, load, merge_env
+from frontier.web import OPEN_PATHS, check_exposure, is_loopback
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
 REPO = DEPLOY.parent
 KNOWN_KINDS = {"ConfigMap", "Job", "Service", "StatefulSet", "Deployment", "ScaledObject", "Kustomization"}
+TOKEN_VAR = "CRAWL__FRONTIER__WEB_TOKEN"
+SAMPLE_TOKEN = "t" * 32  # what a secret would hold, for loading the configuration here
 
 
 def manifests() -> list[dict[str, Any]]:
-    docs = []
+    docs: list[dict[str, Any]] = []
     for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
         docs.extend(d for d in yaml.safe_load_all(path.read_text()) if d)
     return docs
@@ -40,6 +45,21 @@ def check_command(command: list[str]) -> Any:
     """A container command must be a valid crawl-frontier invocation; return the parsed args."""
     assert command[0] == "crawl-frontier", command
     return build_parser().parse_args(command[1:])
+
+
+def container_env(c: dict[str, Any]) -> dict[str, str]:
+    """A container's environment; a variable taken from a Secret gets a sample value. Secrets
+    and tokens must come from a Secret, never as a literal value."""
+    env = {}
+    for e in c.get("env", []):
+        if "valueFrom" in e:
+            ref = e["valueFrom"]["secretKeyRef"]
+            assert ref["name"] and ref["key"], e
+            env[e["name"]] = SAMPLE_TOKEN
+        else:
+            assert not re.search(r"TOKEN|PASSWORD|SECRET", e["name"]), f"{e['name']}: a literal secret"
+            env[e["name"]] = e["value"]
+    return env
 
 
 def k8s_config(tmp_path: Path) -> Config:
@@ -78,15 +98,16 @@ def test_pods_run_real_cli_commands_with_resolvable_volumes_and_ports(tmp_path: 
             for v in volumes.values():
                 if "configMap" in v:
                     assert v["configMap"]["name"] in configmaps
-            env = {e["name"]: e["value"] for e in c.get("env", [])}
+            env = container_env(c)
             load(None, env)  # CRAWL__ variables must name real keys with valid values
             ports = {p["name"]: p["containerPort"] for p in c.get("ports", [])}
             if args.command == "frontier":
                 assert ports["web"] == cfg.frontier.web_port and cfg.frontier.web_bind == "0.0.0.0"
                 assert "/data" in mounts and cfg.frontier.state_dir == "/data"
                 for probe in ("readinessProbe", "livenessProbe"):
-                    assert c[probe]["httpGet"]["path"] in ("/api/status", "/metrics")
+                    assert c[probe]["httpGet"]["path"] == "/healthz"  # open, no data; the rest needs the token
                     assert c[probe]["httpGet"]["port"] in ports
+                check_served_with_a_secret_token(tmp_path, cm_text(), env, f"k8s {name}")
             if args.command == "worker":
                 assert ports["metrics"] == cfg.worker.metrics_port and cfg.worker.metrics_bind == "0.0.0.0"
 
@@ -167,3 +188,62 @@ def test_the_deploy_config_file_and_env_merge(tmp_path: Path) -> None:
     assert merged["worker"]["concurrency"] == 64 and raw["worker"]["concurrency"] == 32
     with pytest.raises(SystemExit):
         check_command(["crawl-frontier", "frontier", "--no-such-flag"])
+
+
+def cm_text() -> str:
+    (cm,) = [d for d in by_kind("ConfigMap") if d["metadata"]["name"] == "crawl-config"]
+    text: str = cm["data"]["crawl.toml"]
+    return text
+
+
+def check_served_with_a_secret_token(tmp_path: Path, config_text: str, env: dict[str, str], where: str) -> None:
+    """A frontier whose live page listens off loopback starts only with the token from ``env``
+    (a secret), and the configuration file itself holds none."""
+    raw = tomllib.loads(config_text)
+    assert "web_token" not in raw.get("frontier", {}), f"{where}: a token in a file of the repository"
+    path = tmp_path / "check.toml"
+    path.write_text(config_text)
+    without = load(path, {k: v for k, v in env.items() if k != TOKEN_VAR})
+    if not without.frontier.web_port or is_loopback(without.frontier.web_bind):
+        return
+    with pytest.raises(ConfigError, match="web_token"):
+        check_exposure(without.frontier)  # the refusal fires without the secret...
+    assert env.get(TOKEN_VAR) == SAMPLE_TOKEN, f"{where}: {TOKEN_VAR} must come from a secret"
+    check_exposure(load(path, env).frontier)  # ...and not with it
+
+
+def test_exposed_frontiers_take_the_token_from_a_secret(tmp_path: Path) -> None:
+    services = compose()["services"]
+    frontiers = 0
+    for name, s in services.items():
+        if "command" not in s or check_command(s["command"]).command != "frontier":
+            continue
+        frontiers += 1
+        env = dict(s.get("environment", {}))
+        token = env.get(TOKEN_VAR, "")
+        # compose substitutes ${VAR:?message} from the shell or deploy/.env, and stops without it
+        assert re.fullmatch(r"\$\{[A-Z_]+:\?[^}]+\}", token), (
+            f"{name}: {TOKEN_VAR} must be ${{VAR:?...}}, not {token!r}"
+        )
+        env[TOKEN_VAR] = SAMPLE_TOKEN
+        check_served_with_a_secret_token(tmp_path, (DEPLOY / "crawl.toml").read_text(), env, f"compose {name}")
+        for port in s.get("ports", []):
+            assert port.startswith("127.0.0.1:"), f"{name}: {port} published beyond this machine"
+        probe = " ".join(s["healthcheck"]["test"])
+        assert "/healthz" in probe and "/healthz" in OPEN_PATHS
+    assert frontiers == 2
+    assert not list(DEPLOY.glob(".env")), "deploy/.env holds the token: it must not be in the repository"
+    (sts,) = by_kind("StatefulSet")
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    (token,) = [e for e in container["env"] if e["name"] == TOKEN_VAR]
+    assert token["valueFrom"]["secretKeyRef"] == {"name": "crawl-frontier-web", "key": "token"}
+    assert not by_kind("Secret"), "the Secret is created by the operator, not kept here"
+    annotations = sts["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["prometheus.io/path"] in OPEN_PATHS  # scraped without the token
+
+
+def test_a_deploy_without_the_token_does_not_start(capsys: pytest.CaptureFixture[str]) -> None:
+    from frontier.cli import main
+
+    assert main(["--config", str(DEPLOY / "crawl.toml"), "frontier"]) == 2
+    assert "frontier.web_token" in capsys.readouterr().err
