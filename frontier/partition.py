@@ -954,7 +954,8 @@ class PartitionFrontier:
             qid = max(mine)[1] if mine else ""
         s = self.scope_settings(scope)
         st = policy.advance(self._state(scope), now, s)
-        reason, at = self._explain(qid, now) if qid else ("ready", None)
+        # an emptied queue (not popped yet) reads like no queue: nothing to explain, and no seek in the store
+        reason, at = self._explain(qid, now) if qid and queued else ("ready", None)
         return ScopeStatus(scope=scope, queued=queued, inflight=st.inflight, delay=policy.delay(st, s),
                            concurrency=policy.concurrency(st, s), gate_until=st.gate_until, backoff=st.backoff,
                            reason=reason, wait_until=at, sent=st.sent_total,
