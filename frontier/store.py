@@ -3,6 +3,12 @@ unit tests) and a RocksDB one (rocksdict, raw bytes, one database per partition)
 
 Keys are bytes and ordered bytewise; ``scan(prefix)`` yields in key order. Keys starting with
 ``META`` (``b"\\x00"``) are local bookkeeping and never go to the changelog.
+
+Memory: every RocksDB database of the process (the partitions it owns and its standby copies)
+shares one block cache of ``BLOCK_CACHE_BYTES`` that also holds the index and filter blocks, and
+one write-buffer budget of ``WRITE_BUFFER_BYTES`` for all memtables, so RocksDB's memory is
+bounded however many partitions are open. (RocksDB's defaults give each database its own 32 MB
+block cache and keep index and filter blocks outside any cache, growing with the data.)
 """
 
 from __future__ import annotations
@@ -13,10 +19,46 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from rocksdict import Options, Rdict, WriteOptions
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBufferManager, WriteOptions
 
 META = b"\x00"
-MEMTABLE_BYTES = 4 * 1024 * 1024
+MEMTABLE_BYTES = 4 * 1024 * 1024  # per database; at most 2 of them (one being flushed)
+BLOCK_CACHE_BYTES = 64 * 1024 * 1024  # shared by every database of the process
+WRITE_BUFFER_BYTES = 32 * 1024 * 1024  # all memtables of the process together: flushed early beyond
+BLOOM_BITS_PER_KEY = 10  # ~1 % false positives: a lookup of a URL never seen skips the files without it
+
+_shared: tuple[Cache, WriteBufferManager] | None = None
+
+
+def _shared_memory() -> tuple[Cache, WriteBufferManager]:
+    """The process's block cache and write-buffer budget, created once (they must outlive every
+    database that uses them: a module global does)."""
+    global _shared
+    if _shared is None:
+        _shared = (Cache(BLOCK_CACHE_BYTES), WriteBufferManager(WRITE_BUFFER_BYTES, False))
+    return _shared
+
+
+def rocks_options() -> Options:
+    """Options of every partition database: raw bytes, small memtables, the shared cache and budget."""
+    cache, write_buffers = _shared_memory()
+    opts = Options(raw_mode=True)
+    opts.create_if_missing(True)
+    # Bounded memory per partition: small memtables flushed to disk early (RocksDB's 64 MB
+    # default, times every owned partition, would dominate the frontier's RSS) ...
+    opts.set_write_buffer_size(MEMTABLE_BYTES)
+    opts.set_max_write_buffer_number(2)
+    # ... and for all of them together.
+    opts.set_write_buffer_manager(write_buffers)
+    table = BlockBasedOptions()
+    table.set_block_cache(cache)
+    # Index and filter blocks live in the shared cache (bounded) instead of the heap (growing with
+    # the data); level 0's stay pinned there, since every lookup reads them.
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_l0_filter_and_index_blocks_in_cache(True)
+    table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
+    opts.set_block_based_table_factory(table)
+    return opts
 
 
 class KV(Protocol):
@@ -68,14 +110,8 @@ class RocksKV:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        opts = Options(raw_mode=True)
-        opts.create_if_missing(True)
-        # Bounded memory per partition: small memtables flushed to disk early (RocksDB's 64 MB
-        # default, times every owned partition, would dominate the frontier's RSS).
-        opts.set_write_buffer_size(MEMTABLE_BYTES)
-        opts.set_max_write_buffer_number(2)
         self.path = path
-        self._db = Rdict(str(path), opts)
+        self._db = Rdict(str(path), rocks_options())
         # No write-ahead log: the changelog topic is the source of truth. A cleanly closed
         # database is flushed on close; after a crash the local copy is discarded anyway.
         write = WriteOptions()
