@@ -113,7 +113,9 @@ def test_client_control_recrawl_metrics_and_live_page(bootstrap: str, tmp_path: 
 
         # set: a slower delay at run time; the status shows it (charting b on the page makes the
         # instance report b's row even with an empty queue), and the server sees it
-        get(f"http://127.0.0.1:{web}/api/history?scope={b.host}")
+        watch = urllib.request.Request(f"http://127.0.0.1:{web}/api/watch", data=json.dumps({"scope": b.host}).encode(),
+                                       headers={"Content-Type": "application/json"})  # fmt: skip
+        urllib.request.urlopen(watch, timeout=10).close()  # what the page POSTs (GET /api/history is read-only)
         client.set(b.host, delay=1.0)
         wait_until(lambda: any(r.scope == b.host and abs(r.delay - 1.0) < 1e-6 for r in client.status(top=50).scopes),
                    30, what="b's delay override in the status")  # fmt: skip
