@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Protocol
 
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, WriteBufferManager, WriteOptions
+from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, WriteBufferManager, WriteOptions
 
 META = b"\x00"
 MEMTABLE_BYTES = 4 * 1024 * 1024  # per database; at most 2 of them (one being flushed)
@@ -105,6 +105,17 @@ class MemoryKV:
         pass
 
 
+def prefix_end(prefix: bytes) -> bytes | None:
+    """The smallest key above every key starting with ``prefix`` (None: no such key, e.g. b"\\xff")."""
+    end = bytearray(prefix)
+    while end and end[-1] == 0xFF:
+        end.pop()
+    if not end:
+        return None
+    end[-1] += 1
+    return bytes(end)
+
+
 class RocksKV:
     """A rocksdict database at ``path`` holding raw bytes."""
 
@@ -129,7 +140,15 @@ class RocksKV:
         del self._db[key]
 
     def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        it = self._db.iter()
+        # Bounded to the prefix: without an upper bound, a seek into an emptied range walks every
+        # deleted entry after it (until compaction), e.g. 0.9 ms per seek past 20,000 drained queues.
+        bound = prefix_end(prefix)
+        if bound is None:
+            it = self._db.iter()
+        else:
+            options = ReadOptions()
+            options.set_iterate_upper_bound(bound)
+            it = self._db.iter(options)
         it.seek(prefix)
         while it.valid():
             key = it.key()
