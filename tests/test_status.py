@@ -4,7 +4,7 @@ per-scope history (rates from successive snapshots)."""
 import time
 
 from frontier.status import overview, render
-from frontier.web import StatusFeed
+from frontier.web import StatusHistory
 from topics.schemas import ScopeStatus, Status, encode
 
 
@@ -30,14 +30,14 @@ def test_overview_merges_instances() -> None:
 
 
 def test_live_page_history_rates_come_from_successive_snapshots() -> None:
-    feed = StatusFeed({"bootstrap.servers": "127.0.0.1:1"}, "unused")  # never started: fed by hand
+    feed = StatusHistory()  # the feed's state without its Kafka consumer: fed by hand
     now = time.time()
     for i, (sent, delay) in enumerate([(0, 2.0), (4, 1.0), (12, 0.5)]):
-        feed._apply(b"a", encode(snap("a", now + 2 * i, [0], {"fetched": sent}, [row("x.test", 9, sent, delay)])))
+        feed.apply(b"a", encode(snap("a", now + 2 * i, [0], {"fetched": sent}, [row("x.test", 9, sent, delay)])))
     points = feed.history_json("x.test")["points"]
     assert [p["delay"] for p in points] == [2.0, 1.0, 0.5]
     assert [p["rate"] for p in points] == [None, 2.0, 4.0]
     assert feed.overview_json(5)["totals"] == {"fetched": 12}
-    feed._apply(b"a", None)  # the instance left (tombstone)
+    feed.apply(b"a", None)  # the instance left (tombstone)
     assert feed.overview_json(5)["instances"] == []
     assert feed.history_json("nobody.test")["points"] == []
