@@ -55,6 +55,50 @@ def read_status(client: dict[str, Any], topic: str, max_age: float | None = LIVE
     return [s for s in latest.values() if max_age is None or now - s.at <= max_age]
 
 
+# A dispatch decision's reason word (frontier.policy.decide, frontier.partition) as a sentence;
+# {t} is the wait ("0.4 s").
+_SENTENCES = {
+    "delay": "delay: next send in {t}",
+    "floor": "server-stated interval (Crawl-delay): next send in {t}",
+    "backoff": "backing off after 429/5xx: next send in {t}",
+    "trouble": "site unwell (errors or outage): next probe in {t}",
+    "gate": "closed by the server (Retry-After or RateLimit): opens in {t}",
+    "quota": "quota used up: next window in {t}",
+    "ratelimit": "published rate-limit budget spent: resets in {t}",
+}
+
+
+def sentence(reason: str, wait_until: float | None, now: float) -> str:
+    """Why a scope is not dispatching, as a sentence: ``"delay (a.test)"`` due in 0.4 s reads
+    ``"delay: next send in 0.4 s (a.test)"``; reasons that are sentences already pass through."""
+    if reason == "ready":
+        return "ready"
+    word, sep, rest = reason.partition(" (")
+    where = f" ({rest}" if sep else ""
+    if word == "paused":
+        return f"paused by an operator{where}"
+    if word == "concurrency":
+        return f"every slot in use: waits for a response{where}"
+    template = _SENTENCES.get(word)
+    if template is None:  # robots.txt pending or unavailable: a sentence already
+        return reason if wait_until is None or wait_until <= now else f"{reason}; again in {_wait(wait_until, now)}"
+    head = template.split(":")[0]
+    if wait_until is None:
+        return f"{head}: waits for a response{where}"
+    if wait_until <= now:
+        return f"{head}: due now{where}"
+    return template.format(t=_wait(wait_until, now)) + where
+
+
+def _wait(at: float, now: float) -> str:
+    left = max(0.0, at - now)
+    if left < 60:
+        return f"{left:.1f} s"
+    if left < 3600:
+        return f"{left / 60:.0f} min"
+    return f"{left / 3600:.1f} h"
+
+
 def _when(at: float | None, now: float) -> str:
     if at is None:
         return "feedback"
@@ -73,10 +117,13 @@ class Overview:
     totals: dict[str, int]
     scopes: list[ScopeStatus]
     at: float = 0.0
+    now: float = 0.0  # the reader's time, for the waits in ``why`` (0: the clock at to_json)
 
     def to_json(self) -> dict[str, Any]:
+        now = self.now or time.time()
+        scopes = [{**msgspec.structs.asdict(r), "why": sentence(r.reason, r.wait_until, now)} for r in self.scopes]
         return {"instances": self.instances, "partitions": self.partitions, "totals": self.totals, "at": self.at,
-                "scopes": [msgspec.structs.asdict(r) for r in self.scopes]}  # fmt: skip
+                "scopes": scopes}  # fmt: skip
 
 
 def overview(statuses: list[Status], top: int = 20) -> Overview:
@@ -125,7 +172,7 @@ def render(statuses: list[Status], top: int = 20, now: float | None = None) -> s
     ]
     for r in ov.scopes:
         gate = _when(r.gate_until, now) if r.gate_until > now else "-"
-        why = "ready" if r.reason == "ready" else f"{r.reason} until {_when(r.wait_until, now)}"
+        why = sentence(r.reason, r.wait_until, now)
         limit = f"{r.limit:.2f}" if r.limit > 0 else "-"
         cause = f"; {r.cause}" if r.cause else ""
         lines.append(f"{r.scope[:32]:<32} {r.queued:>7} {r.inflight:>4} {r.concurrency:>4} {r.delay:>7.2f} "

@@ -3,6 +3,8 @@ per-scope history (rates from successive snapshots)."""
 
 import time
 
+import msgspec
+
 from frontier.status import overview, render
 from frontier.web import StatusHistory
 from topics.schemas import ScopeStatus, Status, encode
@@ -41,3 +43,21 @@ def test_live_page_history_rates_come_from_successive_snapshots() -> None:
     feed.apply(b"a", None)  # the instance left (tombstone)
     assert feed.overview_json(5)["instances"] == []
     assert feed.history_json("nobody.test")["points"] == []
+
+
+def test_reasons_read_as_sentences_with_the_wait() -> None:
+    from frontier.status import sentence
+
+    assert sentence("delay (a.test)", 10.4, 10.0) == "delay: next send in 0.4 s (a.test)"
+    assert (
+        sentence("gate (a.test)", 100.0, 10.0)
+        == "closed by the server (Retry-After or RateLimit): opens in 2 min (a.test)"
+    )
+    assert sentence("floor (a.test)", 10.0, 10.0) == "server-stated interval (Crawl-delay): due now (a.test)"
+    assert sentence("concurrency (a.test)", None, 10.0) == "every slot in use: waits for a response (a.test)"
+    assert sentence("paused (a.test)", None, 10.0) == "paused by an operator (a.test)"
+    assert sentence("robots.txt pending", None, 10.0) == "robots.txt pending"
+    assert sentence("ready", None, 10.0) == "ready"
+    due = msgspec.structs.replace(row("x.test", 3, 0, 1.0, reason="delay (x.test)"), wait_until=10.0)
+    text = render([snap("a", 10.0, [0], {}, [due])], now=10.0)
+    assert "delay: due now (x.test)" in text and "until now" not in text
