@@ -309,14 +309,21 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="crawl-frontier", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", "-c", type=Path, default=None, help="TOML configuration file")
+    # --config is also accepted after the subcommand (``crawl-frontier status --config x.toml``);
+    # SUPPRESS keeps the value given before it when it is not repeated
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", "-c", type=Path, default=argparse.SUPPRESS, help="TOML configuration file")
     sub = p.add_subparsers(dest="command", required=True)
 
-    k = sub.add_parser("kafka", help="start/stop the local single-node Kafka broker")
+    def command(name: str, about: str) -> argparse.ArgumentParser:
+        return sub.add_parser(name, parents=[common], help=about)
+
+    k = command("kafka", "start/stop the local single-node Kafka broker")
     k.add_argument("action", choices=["up", "down", "status"])
     k.add_argument("--nodes", type=int, default=1, help="3: a three-node KRaft cluster (ports 9092, 9192, 9292)")
     k.set_defaults(func=cmd_kafka)
 
-    t = sub.add_parser("topics", help="create every topic (idempotent)")
+    t = command("topics", "create every topic (idempotent)")
     t.add_argument("action", choices=["create"])
     t.add_argument("--partitions", type=int, default=0)
     t.add_argument("--replication", type=int, default=0)
@@ -324,7 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="raise max.message.bytes of existing topics that would refuse the crawl's records")  # fmt: skip
     t.set_defaults(func=cmd_topics)
 
-    s = sub.add_parser("submit", help="publish URLs to crawl.urls")
+    s = command("submit", "publish URLs to crawl.urls")
     s.add_argument("urls", nargs="*")
     s.add_argument("--file", "-f", help="file with one URL or JSON submission per line ('-' for stdin)")
     s.add_argument("--follow", type=int, default=0, help="follow same-site links this many levels deep")
@@ -332,12 +339,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="crawl again even if seen before (not twice while still queued or in flight)")  # fmt: skip
     s.set_defaults(func=cmd_submit)
 
-    fg = sub.add_parser("forget", help="remove URLs from the seen set (a later submit crawls them again)")
+    fg = command("forget", "remove URLs from the seen set (a later submit crawls them again)")
     fg.add_argument("urls", nargs="*")
     fg.add_argument("--file", "-f", help="file with one URL or JSON submission per line ('-' for stdin)")
     fg.set_defaults(func=cmd_forget)
 
-    pg = sub.add_parser("pages", help="print fetched pages as JSON lines")
+    pg = command("pages", "print fetched pages as JSON lines")
     pg.add_argument("--follow", action="store_true", help="keep waiting for new pages")
     pg.add_argument("--idle", type=float, default=5.0, help="without --follow: stop after this many idle seconds")
     pg.add_argument("--limit", type=int, default=0)
@@ -345,35 +352,35 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--group", default="", help="consumer group (commits offsets); default: read everything")
     pg.set_defaults(func=cmd_pages)
 
-    st = sub.add_parser("status", help="totals and the busiest scopes, from every live frontier instance")
+    st = command("status", "totals and the busiest scopes, from every live frontier instance")
     st.add_argument("--top", type=int, default=20)
     st.add_argument("--watch", action="store_true", help="refresh until interrupted")
     st.add_argument("--interval", type=float, default=2.0)
     st.add_argument("--all", action="store_true", help="include snapshots of instances that went silent")
     st.set_defaults(func=cmd_status)
 
-    sc = sub.add_parser("scope", help="pause/resume/drop a scope, or set/clear its delay and concurrency")
+    sc = command("scope", "pause/resume/drop a scope, or set/clear its delay and concurrency")
     sc.add_argument("action", choices=["pause", "resume", "drop", "set", "clear"])
     sc.add_argument("name", help="a host, a registrable domain (all its hosts) or domain#scope")
     sc.add_argument("--delay", type=float, default=None, help="set: seconds between requests")
     sc.add_argument("--concurrency", type=int, default=None, help="set: requests in flight at once")
     sc.set_defaults(func=cmd_scope)
 
-    f = sub.add_parser("frontier", help="run a frontier instance")
+    f = command("frontier", "run a frontier instance")
     f.add_argument("--loglevel", default="info", choices=["debug", "info", "warn", "error"])
     f.add_argument("--debug-throttle", action="store_true", help="log every scope delay change with its cause")
     f.set_defaults(func=cmd_frontier)
 
-    r = sub.add_parser("router", help="run a standalone router (crawl.urls -> crawl.urls.bydomain)")
+    r = command("router", "run a standalone router (crawl.urls -> crawl.urls.bydomain)")
     r.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
     r.set_defaults(func=cmd_router)
 
-    w = sub.add_parser("worker", help="run a fetch worker")
+    w = command("worker", "run a fetch worker")
     w.add_argument("--concurrency", "-n", type=int, default=None)
     w.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
     w.set_defaults(func=cmd_worker)
 
-    d = sub.add_parser("demo", help="a local demo crawl: Kafka, frontier, 2 workers, demo sites")
+    d = command("demo", "a local demo crawl: Kafka, frontier, 2 workers, demo sites")
     d.add_argument("--duration", type=float, default=60.0, help="upper bound on the crawl, seconds")
     d.add_argument("--sites", type=int, default=4)
     d.add_argument("--pages", type=int, default=12)
