@@ -28,8 +28,9 @@ def producer_conf(base: Mapping[str, str], **extra: Any) -> dict[str, Any]:
         "linger.ms": 2,
         "compression.type": "lz4",
         "message.max.bytes": 16 * 1024 * 1024,
-        # bounded buffering (librdkafka allows 1 GB by default); a full queue is backpressure
-        "queue.buffering.max.kbytes": 64 * 1024,
+        # bounded buffering (librdkafka allows 1 GB by default); a full queue is backpressure. Twice
+        # the largest record, so that one always fits (a record larger than the queue never would).
+        "queue.buffering.max.kbytes": 32 * 1024,
     }
     conf.update(extra)
     return conf
