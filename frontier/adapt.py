@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from frontier.causes import Cause
 from frontier.config import ScopeSettings
 
 if TYPE_CHECKING:
@@ -104,7 +105,7 @@ def on_limit(state: ScopeState, now: float, s: ScopeSettings, current: float, wh
         state, backoff=new, limit=limit, near=0, probes=0, near_at=-1.0, trouble=0.0, returned=-1, backoff_step_at=now,
         sig_sent=start, sig_ok=0,
         cause=f"limit signal ({why}) at {at:.3f}s between requests: delay {current:.2f}->{new:.2f}, "
-              f"limit ≈ {_rate(limit)} from {why}",
+              f"limit ≈ {_rate(limit)} from {why}", cause_kind=Cause.LIMIT,
     )  # fmt: skip
 
 
@@ -119,7 +120,8 @@ def on_trouble(state: ScopeState, now: float, s: ScopeSettings, current: float, 
     else:
         new = min(cap, max(current, TROUBLE_START))
     return msgspec.structs.replace(
-        state, trouble=new, backoff_step_at=now, cause=f"trouble ({why}): probing every {new:.1f}s until it answers"
+        state, trouble=new, backoff_step_at=now, cause=f"trouble ({why}): probing every {new:.1f}s until it answers",
+        cause_kind=Cause.TROUBLE,
     )
 
 
@@ -133,8 +135,10 @@ def on_success(state: ScopeState, s: ScopeSettings, base: float, now: float) -> 
         left = min(state.trouble / 8, 2.0)
         returned = state.returned if state.returned >= 0 else 0  # relapses count from the first success
         if left <= max(base, state.backoff, 0.05) * 1.5:
-            return rep(state, trouble=0.0, returned=returned, cause="outage over: back to the delay before it")
-        return rep(state, trouble=left, returned=returned, cause=f"outage over: {state.trouble:.1f}s->{left:.1f}s")
+            return rep(state, trouble=0.0, returned=returned, cause="outage over: back to the delay before it",
+                       cause_kind=Cause.RECOVERY)  # fmt: skip
+        return rep(state, trouble=left, returned=returned, cause=f"outage over: {state.trouble:.1f}s->{left:.1f}s",
+                   cause_kind=Cause.RECOVERY)  # fmt: skip
     if state.backoff <= 0:
         return state
     if state.limit <= 0:  # a step with nothing learned (nothing sent before): halve back to nothing
@@ -145,7 +149,7 @@ def on_success(state: ScopeState, s: ScopeSettings, base: float, now: float) -> 
         return rep(state, backoff=max(target, target + (state.backoff - target) * (1 - RECOVER)))
     if target <= base or target < 0.001:
         return rep(state, backoff=0.0, near=0, probes=0)  # probed past what the base allows: no longer binding
-    near, probes, since, cause = state.near + 1, state.probes, state.near_at, state.cause
+    near, probes, since, cause, kind = state.near + 1, state.probes, state.near_at, state.cause, state.cause_kind
     if since < 0:
         since = now
     # A probe step needs both enough successes and enough time at the current step: at 50 req/s
@@ -159,9 +163,9 @@ def on_success(state: ScopeState, s: ScopeSettings, base: float, now: float) -> 
     if many or (near >= 3 and now - since >= PROBE_IDLE):
         near, probes, since = 0, probes + 1, now
         faster = state.limit * (1 + NEAR) * probe_factor(probes)
-        cause = f"probing: {PROBE_AFTER}+ successes at {target:.3f}s, trying {faster:.3f}s"
+        cause, kind = f"probing: {PROBE_AFTER}+ successes at {target:.3f}s, trying {faster:.3f}s", Cause.PROBE
         target = faster
-    return rep(state, backoff=target, near=near, probes=probes, near_at=since, cause=cause)
+    return rep(state, backoff=target, near=near, probes=probes, near_at=since, cause=cause, cause_kind=kind)
 
 
 def _step(k: int) -> float:

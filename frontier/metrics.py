@@ -13,20 +13,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-# Classes of delay changes (the cause strings of frontier.policy, reduced to a fixed set)
-CAUSES = ("gate", "recovery", "rampup", "backoff", "autothrottle", "robots", "quota", "other")  # first match wins
+from frontier.causes import CAUSES  # the classes of delay changes: the cause label
+
 FETCH_CLASSES = ("2xx", "3xx", "4xx", "429", "5xx", "error", "expired", "disallowed")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-
-
-def cause_class(cause: str) -> str:
-    text = cause.lower()
-    for name in CAUSES[:-1]:
-        if name in text:
-            return name
-    if "retry-after" in text or "ratelimit" in text:
-        return "gate"
-    return "other"
 
 
 def fetch_class(outcome: str, status: int) -> str:

@@ -74,6 +74,7 @@ from urllib.parse import urljoin
 import msgspec
 
 from frontier import policy
+from frontier.causes import Cause
 from frontier.config import FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.control import Override, covers, updated
 from frontier.robots import RobotsRecord, Rules, agent_token, origin, retry_after_failures, robots_url
@@ -83,8 +84,8 @@ from frontier.urls import seen_fingerprint
 from topics.schemas import ControlCommand, Feedback, Job, Page, ScopeStatus, UrlItem
 
 Changelog = Callable[[bytes, bytes | None], None]
-# (scope, old delay, new delay, cause, gate until) — called whenever a scope's delay or gate changes
-ChangeHook = Callable[[str, float, float, str, float], None]
+# (scope, old delay, new delay, cause text, cause class, gate until): whenever a scope's delay or gate changes
+ChangeHook = Callable[[str, float, float, str, Cause, float], None]
 
 _SEEN, _QUEUE, _STATE, _ROBOTS, _LEASE, _STATS = b"S", b"Q", b"H", b"R", b"L", b"C"
 _OVERRIDE, _REVISIT = b"O", b"V"
@@ -345,10 +346,10 @@ class PartitionFrontier:
         if self.on_change is not None:
             before, after = policy.delay(old, s), policy.delay(new, s)
             if abs(before - after) > 1e-9 or new.gate_until != old.gate_until:
-                cause = new.cause
+                cause, kind = new.cause, new.cause_kind or Cause.OTHER
                 if new.gate_until > max(old.gate_until, now):
-                    cause = f"gate until +{new.gate_until - now:.0f}s ({new.gate_cause})"
-                self.on_change(scope, before, after, cause, new.gate_until)
+                    cause, kind = f"gate until +{new.gate_until - now:.0f}s ({new.gate_cause})", Cause.GATE
+                self.on_change(scope, before, after, cause, kind, new.gate_until)
 
     def _decide(self, scopes: list[str], now: float, cost: float, register: bool = True) -> policy.Decision:
         """All scopes must allow: the latest time wins; a scope that needs feedback blocks outright

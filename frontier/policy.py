@@ -29,6 +29,7 @@ from dataclasses import dataclass
 import msgspec
 
 from frontier import adapt
+from frontier.causes import Cause
 from frontier.config import ScopeSettings
 from frontier.headers import RateLimit, gate_seconds, ratelimit
 from topics.schemas import NETWORK_ERRORS
@@ -78,7 +79,8 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ru_triggers: int = 0
     ru_sent: int = 0
     paused: bool = False
-    cause: str = ""  # why the delay last changed
+    cause: str = ""  # why the delay last changed, for people
+    cause_kind: Cause = Cause.NONE  # ...and its class, for code (metrics, status)
     sent_total: int = 0  # requests sent, ever (for request rates in status and charts)
 
 
@@ -211,7 +213,7 @@ def _rampup(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
     lo, hi = r.target
     d = state.ru_delay if state.ru_delay >= 0 else s.delay
     c = state.ru_concurrency or s.concurrency
-    cause = state.cause
+    cause, kind = state.cause, state.cause_kind
     unsafe = state.unsafe
     if state.ru_triggers < lo and state.backoff == 0 and state.ru_sent > 0:
         if unsafe and d <= unsafe + _EPS:
@@ -220,21 +222,23 @@ def _rampup(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
             lower = max(r.min_delay, d / 2)
             if unsafe and lower < unsafe < d:
                 lower = (d + unsafe) / 2  # do not jump past a delay known to trigger: bisect toward it
-            cause = f"rampup: quiet window, delay {d:.2f}->{lower:.2f}"
+            cause, kind = f"rampup: quiet window, delay {d:.2f}->{lower:.2f}", Cause.RAMPUP
             d = lower
         elif c < r.max_concurrency:
-            cause = f"rampup: quiet window, concurrency {c}->{c + 1}"
+            cause, kind = f"rampup: quiet window, concurrency {c}->{c + 1}", Cause.RAMPUP
             c += 1
     elif state.ru_triggers > hi:
         if c > s.concurrency:
-            cause = f"rampup: {state.ru_triggers} backoff responses, concurrency {c}->{c - 1}"
+            cause, kind = f"rampup: {state.ru_triggers} backoff responses, concurrency {c}->{c - 1}", Cause.RAMPUP
             c -= 1
         else:
             cause = f"rampup: {state.ru_triggers} backoff responses, delay {d:.2f}->{min(s.delay, d * 2):.2f}"
+            kind = Cause.RAMPUP
             d = min(s.delay, d * 2)
     # windows during which nothing was sent tell nothing: start the next window now
     return msgspec.structs.replace(
-        state, ru_delay=d, ru_concurrency=c, ru_window_start=now, ru_triggers=0, ru_sent=0, cause=cause, unsafe=unsafe
+        state, ru_delay=d, ru_concurrency=c, ru_window_start=now, ru_triggers=0, ru_sent=0, cause=cause, unsafe=unsafe,
+        cause_kind=kind,
     )
 
 
@@ -267,12 +271,13 @@ def apply(state: ScopeState, event: Event, now: float, s: ScopeSettings) -> Scop
     if isinstance(event, Robots):
         asked = max(0.0, event.delay)
         d = min(asked, s.robots_max_delay)
-        cause = state.cause
+        cause, kind = state.cause, state.cause_kind
         if asked > d:
             cause = f"robots.txt asks {asked:.2f}s between requests, capped at {d:.2f}s (robots_max_delay)"
+            kind = Cause.ROBOTS
         elif d:
-            cause = f"robots.txt delay {d:.2f}"
-        return rep(state, robots_delay=d, cause=cause)
+            cause, kind = f"robots.txt delay {d:.2f}", Cause.ROBOTS
+        return rep(state, robots_delay=d, cause=cause, cause_kind=kind)
     if isinstance(event, Pause):
         return rep(state, paused=event.paused)
     return _done(state, event, now, s)
@@ -297,9 +302,8 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
         old = current_at_delay(state, s)
         new = autothrottle(old, ev.latency, ev.status, s, base_delay(state, s))
         if abs(new - old) > _EPS:
-            state = rep(
-                state, at_delay=new, cause=f"autothrottle {old:.2f}->{new:.2f} (latency {ev.latency:.3f}s, {ev.status})"
-            )
+            why = f"autothrottle {old:.2f}->{new:.2f} (latency {ev.latency:.3f}s, {ev.status})"
+            state = rep(state, at_delay=new, cause=why, cause_kind=Cause.AUTOTHROTTLE)
         else:
             state = rep(state, at_delay=new)
     trigger = ev.status in s.backoff.codes or ev.error in NETWORK_ERRORS

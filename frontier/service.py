@@ -29,10 +29,11 @@ from typing import Any, Protocol
 import msgspec
 from confluent_kafka import Message
 
+from frontier.causes import Cause
 from frontier.config import Config
 from frontier.control import control_record
 from frontier.kafka_io import AsyncProducer, producer_conf
-from frontier.metrics import FrontierMetrics, cause_class, fetch_class
+from frontier.metrics import FrontierMetrics, fetch_class
 from frontier.partition import Dispatch, PartitionFrontier, Refused
 from frontier.router import Router
 from frontier.standby import Standby
@@ -213,8 +214,8 @@ class FrontierService:
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close)
 
-    def _delay_changed(self, scope: str, old: float, new: float, cause: str, gate_until: float) -> None:
-        self.metrics.delay_changes.labels(cause_class(cause)).inc()
+    def _delay_changed(self, scope: str, old: float, new: float, cause: str, kind: Cause, gate_until: float) -> None:
+        self.metrics.delay_changes.labels(kind.value or Cause.OTHER.value).inc()
         now = self.clock()
         if gate_until > now:
             if len(self._gates) >= MAX_GATE_GAUGE and scope not in self._gates and now - self._gates_pruned >= 1.0:

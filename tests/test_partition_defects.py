@@ -133,7 +133,7 @@ def test_queue_order_is_fifo_even_where_the_old_sequence_wrapped() -> None:
 def test_a_crawl_delay_above_the_cap_says_so() -> None:
     changes: list[str] = []
     f = make(ROBOTS)
-    f.on_change = lambda scope, old, new, cause, gate: changes.append(cause)
+    f.on_change = lambda scope, old, new, cause, kind, gate: changes.append(cause)
     f.ingest([parse_input(b"http://slow.test/1")], 0.0)
     robots = f.dispatch(0.0).jobs[0]
     f.feedback(result(robots, 0.1, body=b"User-agent: *\nCrawl-delay: 600\n"), 0.1)

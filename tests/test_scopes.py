@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from frontier.causes import Cause
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.partition import PartitionFrontier
 from frontier.store import MemoryKV
@@ -134,7 +135,7 @@ def test_robots_state_survives_rebuild() -> None:
 
 # -- visibility --------------------------------------------------------------------------------
 def test_delay_changes_are_reported_with_their_cause() -> None:
-    changes: list[tuple[str, float, float, str]] = []
+    changes: list[tuple[str, float, float, str, Cause, float]] = []
     f = frontier({}, NO_ROBOTS, replace(OPEN, delay=0.5))
     f.on_change = lambda *c: changes.append(c)
     f.ingest([item("http://c.test/1")], 0.0)
@@ -143,7 +144,7 @@ def test_delay_changes_are_reported_with_their_cause() -> None:
     f.feedback(Feedback(lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome="retry", status=429,
                         latency=0.01, sent_at=0.0, headers={"retry-after": "30"}), 0.1)  # fmt: skip
     assert changes and changes[-1][0] == "c.test" and changes[-1][2] == 0.75  # 1.5 x the 0.5 s interval
-    assert "gate until +31s" in changes[-1][3] and "Retry-After" in changes[-1][3]
+    assert "gate until +31s" in changes[-1][3] and "Retry-After" in changes[-1][3] and changes[-1][4] == Cause.GATE
     [row] = f.scope_rows(0.2)
     assert row.gate_until == pytest.approx(0.1 + 30 * 1.02 + 0.02) and row.backoff == 0.75 and row.queued == 1
 
