@@ -59,7 +59,7 @@ def cmd_kafka(args: argparse.Namespace) -> int:
 def cmd_topics(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from topics.catalog import check_limits, create_all, raise_limits
+    from topics.admin import check_limits, create_all, raise_limits
 
     cfg = _config(args)
     topics = cfg.topics
@@ -126,7 +126,7 @@ def cmd_forget(args: argparse.Namespace) -> int:
 def cmd_submit(args: argparse.Namespace, forget: bool = False) -> int:
     from confluent_kafka import Producer
 
-    from frontier.kafka_io import producer_conf
+    from frontier.kafka import producer_conf
 
     cfg = _config(args)
     if not args.urls and not args.file:
@@ -215,7 +215,7 @@ def cmd_pages(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from frontier.status import LIVE_SECONDS, read_status, render
+    from frontier.observability.status import LIVE_SECONDS, read_status, render
 
     cfg = _config(args)
     while True:
@@ -253,7 +253,7 @@ def _check_topic_limits(cfg: Config) -> None:
     ``max.message.bytes`` is below the largest record this process may produce on it. A warning,
     not a refusal: an operator may keep pages small on purpose (a refused page becomes an error
     page, see docs/GUARANTEES.md)."""
-    from topics.catalog import check_limits
+    from topics.admin import check_limits
 
     problems = check_limits(cfg.kafka.client_conf(), cfg.topics, max_body_bytes=cfg.worker.max_body_bytes)
     for problem in problems:
@@ -263,8 +263,8 @@ def _check_topic_limits(cfg: Config) -> None:
 
 
 def cmd_frontier(args: argparse.Namespace) -> int:
-    from frontier.app import run_frontier
-    from frontier.web import check_exposure
+    from frontier.observability.web import check_exposure
+    from frontier.service.app import run_frontier
 
     cfg = _config(args)
     check_exposure(cfg.frontier)  # no live page off loopback without a token: one line, exit status 2
@@ -279,8 +279,8 @@ def cmd_router(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from frontier.app import router_group
-    from frontier.router import run_router
+    from frontier.intake.router import run_router
+    from frontier.service.app import router_group
 
     cfg = _config(args)
     logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -301,7 +301,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from frontier.demo import run_demo
+    from frontier.demo.crawl import run_demo
 
     return run_demo(duration=args.duration, sites=args.sites, pages=args.pages, linger=args.linger)
 

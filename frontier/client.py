@@ -26,9 +26,9 @@ import msgspec
 from confluent_kafka import Consumer, Producer
 
 from frontier.config import Config, load
-from frontier.control import control_records
-from frontier.kafka_io import producer_conf
-from frontier.status import Overview, overview, read_status
+from frontier.core.control import control_records
+from frontier.kafka import producer_conf
+from frontier.observability.status import Overview, overview, read_status
 from topics.schemas import ControlCommand, Page, SchemaError, Submission, decode, encode
 
 

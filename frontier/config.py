@@ -103,7 +103,7 @@ class AutoThrottleSettings:
 
 @dataclass(frozen=True)
 class BackoffSettings:
-    """Adaptation to the server's signals (THROTTLING.md v2 §3, frontier/adapt.py)."""
+    """Adaptation to the server's signals (THROTTLING.md v2 §3, frontier/core/adapt.py)."""
 
     codes: tuple[int, ...] = BACKOFF_CODES  # statuses that are limit (429) or trouble (5xx) signals
     factor: float = 1.5  # a limit signal steps the delay to this times the interval it happened at

@@ -1,7 +1,7 @@
 """One frontier partition: the seen set, per-scope-set priority queues, robots.txt, leases and
 dispatch.
 
-Everything lives in a :class:`~frontier.store.KV` (RocksDB in production); every write is also
+Everything lives in a :class:`~frontier.core.kv.KV` (RocksDB in production); every write is also
 handed to ``changelog(key, value_or_None)`` so that another instance can rebuild the partition.
 Time is always passed in; nothing here reads the clock or talks to Kafka.
 
@@ -73,14 +73,14 @@ from urllib.parse import urljoin
 
 import msgspec
 
-from frontier import policy
-from frontier.causes import Cause
 from frontier.config import FrontierConfig, ScopeSettings, ThrottleConfig
-from frontier.control import Override, covers, updated
-from frontier.robots import RobotsRecord, Rules, agent_token, origin, retry_after_failures, robots_url
-from frontier.scheduler import Scheduler
-from frontier.store import KV
-from frontier.urls import seen_fingerprint
+from frontier.core import policy
+from frontier.core.causes import Cause
+from frontier.core.control import Override, covers, updated
+from frontier.core.kv import KV
+from frontier.core.robots import RobotsRecord, Rules, agent_token, origin, retry_after_failures, robots_url
+from frontier.core.scheduler import Scheduler
+from frontier.intake.urls import seen_fingerprint
 from topics.schemas import ControlCommand, Feedback, Job, Page, ScopeStatus, UrlItem
 
 Changelog = Callable[[bytes, bytes | None], None]
@@ -303,7 +303,7 @@ class PartitionFrontier:
         return s
 
     def _covering(self, scope: str) -> list[tuple[str, Override]]:
-        """The overrides that apply to ``scope`` (see :func:`frontier.control.covers`), least
+        """The overrides that apply to ``scope`` (see :func:`frontier.core.control.covers`), least
         specific first: one lookup per dot-suffix of the scope, whatever their number."""
         labels = scope.split(".")
         found: list[tuple[str, Override]] = []

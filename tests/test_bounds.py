@@ -15,9 +15,9 @@ import msgspec
 
 from frontier import partition as partition_module
 from frontier.config import Config, FrontierConfig
+from frontier.core.robots import RobotsRecord
 from frontier.partition import PartitionFrontier
-from frontier.robots import RobotsRecord
-from frontier.service import MAX_GATE_GAUGE, FrontierService
+from frontier.service.service import MAX_GATE_GAUGE, FrontierService
 from topics.schemas import Feedback
 
 HOSTS = 1_000_000

@@ -3,9 +3,9 @@ code never matches the human-readable text."""
 
 from __future__ import annotations
 
-from frontier import policy
-from frontier.causes import Cause
 from frontier.config import ScopeSettings
+from frontier.core import policy
+from frontier.core.causes import Cause
 
 S = ScopeSettings()
 

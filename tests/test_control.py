@@ -5,10 +5,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frontier import partition as partition_module
-from frontier.control import control_record, covers, scope_domain
+from frontier.core.control import control_record, covers, scope_domain
+from frontier.core.kv import MemoryKV
+from frontier.intake.urls import parse_input, url_fingerprint
 from frontier.partition import SEEN_REVISIT, PartitionFrontier, Refused, read_seen
-from frontier.store import MemoryKV
-from frontier.urls import parse_input, url_fingerprint
 from tests.test_partition import SETTINGS, THROTTLE, Log, fb, items
 from topics.partitioning import partition_for
 from topics.schemas import ControlCommand, Submission, encode
@@ -144,7 +144,7 @@ def test_overrides_found_by_suffix_match_the_covers_rule(
         if i % 3 == 0:
             f.control(cmd("pause", name), 0.0)
     target = ".".join(scope) + ("#x" if named else "")
-    # the rule as written in frontier.control: every covering name applies, the longest wins
+    # the rule as written in frontier.core.control: every covering name applies, the longest wins
     covering = sorted((n, o) for n, o in f.overrides().items() if covers(n, target))
     covering.sort(key=lambda kv: len(kv[0]))
     expected = f.throttle.for_scope(target.rsplit("#", 1)[-1]).delay

@@ -16,7 +16,7 @@ import yaml
 
 from frontier.cli import build_parser
 from frontier.config import Config, ConfigError, load, merge_env
-from frontier.web import OPEN_PATHS, check_exposure, is_loopback
+from frontier.observability.web import OPEN_PATHS, check_exposure, is_loopback
 
 DEPLOY = Path(__file__).parent.parent / "deploy"
 REPO = DEPLOY.parent

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frontier.headers import HUGE, MAX_ITEMS, RateLimit, gate_seconds, http_date, ratelimit, retry_after
+from frontier.core.headers import HUGE, MAX_ITEMS, RateLimit, gate_seconds, http_date, ratelimit, retry_after
 
 NOW = datetime(2026, 8, 21, 12, 0, 0, tzinfo=UTC).timestamp()
 D309 = "9" * 309  # float(int(...)) overflows

@@ -16,12 +16,12 @@ import msgspec
 import pytest
 from confluent_kafka import Message
 
-from frontier.addresses import Resolver, TtlCache, ip_literal, preferred
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
-from frontier.control import control_record, control_records
+from frontier.core.control import control_record, control_records
+from frontier.core.kv import MemoryKV
+from frontier.intake.addresses import Resolver, TtlCache, ip_literal, preferred
+from frontier.intake.router import route
 from frontier.partition import PartitionFrontier
-from frontier.router import route
-from frontier.store import MemoryKV
 from topics.partitioning import partition_for, partition_key, partition_of
 from topics.schemas import ControlCommand, Feedback, Job, UrlItem, decode, encode
 from workers.fetch import FetchResult

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from frontier.causes import CAUSES, Cause
-from frontier.metrics import FETCH_CLASSES, FrontierMetrics, WorkerMetrics, fetch_class
+from frontier.core.causes import CAUSES, Cause
+from frontier.observability.metrics import FETCH_CLASSES, FrontierMetrics, WorkerMetrics, fetch_class
 
 DOC = (Path(__file__).parent.parent / "docs" / "METRICS.md").read_text()
 

@@ -10,7 +10,7 @@ import pytest
 from aiohttp import web
 
 from deploy.kafka import free_port
-from frontier.urls import parse_input
+from frontier.intake.urls import parse_input
 from workers.fetch import fetch
 from workers.safety import AddressPolicy, SafeConnector
 

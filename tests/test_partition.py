@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
+from frontier.core.kv import KV, MemoryKV
+from frontier.intake.urls import parse_input
 from frontier.partition import PartitionFrontier
-from frontier.store import KV, MemoryKV, RocksKV
-from frontier.urls import parse_input
+from frontier.service.rocks import RocksKV
 from topics.schemas import Feedback, Job, UrlItem
 
 FIXED = AutoThrottleSettings(enabled=False)  # these tests pin the fixed delay/concurrency behaviour

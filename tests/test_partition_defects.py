@@ -5,12 +5,12 @@ from dataclasses import replace
 
 import pytest
 
-from frontier import policy
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
+from frontier.core import policy
+from frontier.core.kv import MemoryKV
+from frontier.intake.urls import parse_input
+from frontier.observability.status import render
 from frontier.partition import PartitionFrontier, queue_prefix
-from frontier.status import render
-from frontier.store import MemoryKV
-from frontier.urls import parse_input
 from topics.schemas import Feedback, Job, Status
 
 FIXED = AutoThrottleSettings(enabled=False)

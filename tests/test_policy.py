@@ -4,7 +4,7 @@ concurrency cap, real send times. The adaptive rules are in test_throttling_case
 import pytest
 
 from frontier.config import AutoThrottleSettings, ScopeSettings
-from frontier.policy import Done, Lost, ScopeState, Sent, apply, decide
+from frontier.core.policy import Done, Lost, ScopeState, Sent, apply, decide
 
 FIXED = AutoThrottleSettings(enabled=False)
 S = ScopeSettings(delay=1.0, concurrency=1, autothrottle=FIXED)

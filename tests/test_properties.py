@@ -6,9 +6,9 @@ from email.utils import formatdate
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frontier.headers import http_date, ratelimit, retry_after
-from frontier.robots import RobotsRecord, Rules
-from frontier.urls import Rejection, canonicalize, parse_input
+from frontier.core.headers import http_date, ratelimit, retry_after
+from frontier.core.robots import RobotsRecord, Rules
+from frontier.intake.urls import Rejection, canonicalize, parse_input
 from topics.schemas import (
     Feedback,
     FeedbackBatch,
@@ -190,7 +190,7 @@ def test_a_rejected_record_is_bounded_whatever_it_rejects(original: bytes, reaso
 def test_packed_url_batches_respect_the_bound_keep_the_order_and_lose_nothing(
     sizes: list[int], max_bytes: int, max_items: int
 ) -> None:
-    from frontier.router import batch_record, pack
+    from frontier.intake.router import batch_record, pack
 
     entries = [(b"x" * n, i) for i, n in enumerate(sizes)]
     records, too_big = pack(entries, max_bytes=max_bytes, max_items=max_items)

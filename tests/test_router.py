@@ -11,8 +11,8 @@ import os
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from frontier.addresses import Resolver
-from frontier.router import TOO_LARGE, Outgoing, batch_record, forward, pack
+from frontier.intake.addresses import Resolver
+from frontier.intake.router import TOO_LARGE, Outgoing, batch_record, forward, pack
 from topics.catalog import URL_BATCH_BYTES, Topics
 from topics.partitioning import partition_for
 from topics.schemas import REJECTED_ORIGINAL_BYTES, Rejected, UrlBatch, UrlItem, decode, encode

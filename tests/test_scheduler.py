@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from frontier.scheduler import Scheduler
+from frontier.core.scheduler import Scheduler
 
 
 def test_pops_in_time_order_and_only_when_due() -> None:

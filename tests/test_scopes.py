@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from frontier.causes import Cause
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
+from frontier.core.causes import Cause
+from frontier.core.kv import MemoryKV
+from frontier.intake.urls import parse_input
 from frontier.partition import PartitionFrontier
-from frontier.store import MemoryKV
-from frontier.urls import parse_input
 from topics.schemas import Feedback, Job, UrlItem
 
 FIXED = AutoThrottleSettings(enabled=False)

@@ -13,6 +13,8 @@ import msgspec
 import pytest
 
 from frontier.cli import build_parser, submission_value
+from frontier.core.kv import KV, MemoryKV
+from frontier.intake.urls import parse_input, seen_fingerprint
 from frontier.partition import (
     SEEN_DONE,
     SEEN_LEGACY,
@@ -26,8 +28,7 @@ from frontier.partition import (
     read_seen,
     seen_value,
 )
-from frontier.store import KV, MemoryKV, RocksKV
-from frontier.urls import parse_input, seen_fingerprint
+from frontier.service.rocks import RocksKV
 from tests.test_partition import SETTINGS, THROTTLE, Log, fb, items
 from topics.schemas import Submission, UrlItem, encode
 
@@ -327,7 +328,7 @@ def test_cli_records_carry_the_flags_and_decode_as_submissions() -> None:
 # -- the service ---------------------------------------------------------------------------------------
 async def test_the_service_dispatch_loop_sweeps_and_closes_the_tombstones_with_a_marker() -> None:
     from frontier.config import Config
-    from frontier.service import ACK_KEY, FrontierService, _Owned
+    from frontier.service.service import ACK_KEY, FrontierService, _Owned
     from tests.test_service_protocol import Recorder
 
     clock = [RETENTION + 10.0]

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from frontier import partition as partition_module
-from frontier.causes import Cause
 from frontier.config import Config, FrontierConfig
+from frontier.core.causes import Cause
+from frontier.core.kv import MemoryKV
+from frontier.intake.urls import parse_input
 from frontier.partition import PartitionFrontier
-from frontier.service import ACK_KEY, FrontierService, _Owned
-from frontier.store import MemoryKV
-from frontier.urls import parse_input
+from frontier.service.service import ACK_KEY, FrontierService, _Owned
 from topics.schemas import ControlCommand, Feedback, FeedbackBatch, Job, Page, Rejected, decode
 
 
@@ -176,7 +176,9 @@ async def test_the_gates_gauge_map_is_pruned_with_every_status_snapshot() -> Non
     svc, _, _ = service(FrontierConfig(robots_obey=False))
     svc.clock = lambda: 900.0
     for n in range(10_000):
-        svc._delay_changed(f"h{n}.test", 0.1, 0.2, "gate", Cause.GATE, 1000.0 + (n % 2) * 100)  # half of them still open
+        svc._delay_changed(
+            f"h{n}.test", 0.1, 0.2, "gate", Cause.GATE, 1000.0 + (n % 2) * 100
+        )  # half of them still open
     assert len(svc._gates) == 10_000
     svc.clock = lambda: 1050.0
     svc.publish_status(1050.0)

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from confluent_kafka import OFFSET_BEGINNING
 
-from frontier import state
-from frontier.state import (
+from frontier.core.kv import MemoryKV
+from frontier.service import restore as state
+from frontier.service.restore import (
     CLEAN_AT_KEY,
     CLEAN_KEY,
     DEFAULT_DELETE_RETENTION,
@@ -22,7 +23,7 @@ from frontier.state import (
     open_partition,
     restore_plan,
 )
-from frontier.store import MemoryKV, RocksKV
+from frontier.service.rocks import RocksKV
 
 DAY = 24 * 3600.0
 T = 1_800_000_000.0  # the close time in these cases

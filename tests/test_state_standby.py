@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from frontier.standby import Standby
-from frontier.state import STANDBY_AT_KEY, STANDBY_KEY, LocalCopy, close_partition, db_path, local_copy
-from frontier.store import RocksKV
+from frontier.service.restore import STANDBY_AT_KEY, STANDBY_KEY, LocalCopy, close_partition, db_path, local_copy
+from frontier.service.rocks import RocksKV
+from frontier.service.standby import Standby
 
 DAY = 24 * 3600.0
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rocksdict import Options, Rdict
 
-from frontier.store import BLOCK_CACHE_BYTES, WRITE_BUFFER_BYTES, RocksKV, _shared_memory
+from frontier.service.rocks import BLOCK_CACHE_BYTES, WRITE_BUFFER_BYTES, RocksKV, _shared_memory
 
 KEYS = 100_000
 

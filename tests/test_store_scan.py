@@ -8,7 +8,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from frontier.store import MemoryKV, RocksKV, prefix_end
+from frontier.core.kv import MemoryKV
+from frontier.service.rocks import RocksKV, prefix_end
 
 KEYS = st.binary(min_size=1, max_size=4)
 

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 import pytest
 
 from frontier.config import AutoThrottleSettings, BackoffSettings, RampupSettings, ScopeSettings
-from frontier.headers import retry_after
-from frontier.policy import (
+from frontier.core.headers import retry_after
+from frontier.core.policy import (
     Done,
     Robots,
     ScopeState,
@@ -26,7 +26,7 @@ from frontier.policy import (
     jitter_factor,
     with_margin,
 )  # fmt: skip
-from frontier.robots import RobotsRecord, Rules
+from frontier.core.robots import RobotsRecord, Rules
 from frontier.sim import sites
 from frontier.sim.engine import T0 as SIM_T0
 from frontier.sim.engine import simulate

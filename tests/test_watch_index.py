@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
+from frontier.core.kv import MemoryKV
 from frontier.partition import SEP, PartitionFrontier
-from frontier.store import MemoryKV
 from topics.schemas import ControlCommand, Feedback, Job, UrlItem
 
 THROTTLE = ThrottleConfig(

@@ -20,20 +20,17 @@ from prometheus_client import CollectorRegistry, Counter
 
 from frontier.cli import main
 from frontier.config import Config, ConfigError, FrontierConfig
-from frontier.control import control_record
-from frontier.partition import PartitionFrontier
-from frontier.service import (
+from frontier.core.control import control_record
+from frontier.core.kv import MemoryKV
+from frontier.observability.watch import (
     MAX_WATCH_SENT,
     MAX_WATCHED,
     WATCH_RESEND,
     WATCH_SECONDS,
-    FrontierService,
     WatchBusy,
-    _Owned,
     watch_scope,
 )
-from frontier.store import MemoryKV
-from frontier.web import (
+from frontier.observability.web import (
     HISTORY_BOUND_BYTES,
     HISTORY_POINTS,
     HISTORY_SCOPES,
@@ -45,6 +42,8 @@ from frontier.web import (
     build_web,
     check_exposure,
 )
+from frontier.partition import PartitionFrontier
+from frontier.service.service import FrontierService, _Owned
 from topics.schemas import ControlCommand, Rejected, ScopeStatus, Status, UrlItem, decode, encode
 
 TOKEN = "s3cret-token-0123456789"

@@ -2,17 +2,18 @@
 record size limit.
 
 Names take an optional prefix (``<prefix>crawl.urls``) so that several crawls, or several test
-runs, can share one broker. ``create_all`` is idempotent. :func:`check_limits` tells whether
-existing topics accept the largest records the crawl produces on them (``max.message.bytes``):
-``crawl-frontier topics create`` prints its answer, and processes can check at start-up.
+runs, can share one broker. Creating them on a broker (idempotent) and checking that existing
+topics accept the largest records the crawl produces on them (``max.message.bytes``) is
+``topics.admin``: ``crawl-frontier topics create`` prints its answer, and processes check at
+start-up.
 
 Record sizes. Every producer allows records of up to :data:`PRODUCER_MAX_BYTES`
-(``message.max.bytes`` in ``frontier.kafka_io.producer_conf``); a broker refuses a record over
+(``message.max.bytes`` in ``frontier.kafka.producer_conf``); a broker refuses a record over
 its topic's ``max.message.bytes`` (1 MiB by default). Each topic is created with an explicit
 limit, and each knows the largest record our code puts on it (``produced_bytes``):
 
 - records that carry one URL (a submission, a job, a follow-up) are small: a submission is at
-  most 64 KiB (``frontier.urls.MAX_INPUT_BYTES``);
+  most 64 KiB (``frontier.intake.urls.MAX_INPUT_BYTES``);
 - the router cuts ``UrlBatch`` records at :data:`URL_BATCH_BYTES`;
 - ``Rejected`` keeps a 4 KiB prefix of the original (``topics.schemas.REJECTED_ORIGINAL_BYTES``);
 - pages carry a body of up to ``worker.max_body_bytes`` (base64 in JSON), which the
@@ -23,33 +24,20 @@ limit, and each knows the largest record our code puts on it (``produced_bytes``
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from confluent_kafka import KafkaException
-from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, not in __all__
-    AdminClient,
-    AlterConfigOpType,
-    ConfigEntry,
-    ConfigResource,
-    ResourceType,
-)
-from confluent_kafka.cimpl import NewTopic
 
 KiB = 1024
 MiB = 1024 * KiB
 
-# The producers' message.max.bytes (frontier.kafka_io.producer_conf; a test checks they agree):
+# The producers' message.max.bytes (frontier.kafka.producer_conf; a test checks they agree):
 # no topic needs a larger limit, since no record larger than this is ever sent.
 PRODUCER_MAX_BYTES = 16 * MiB
 # Kafka's framing around one record (batch header, record header) and its key (at most a URL).
 RECORD_OVERHEAD = 4 * KiB
-# A record that carries one URL: a submission (at most 64 KiB, frontier.urls.MAX_INPUT_BYTES),
+# A record that carries one URL: a submission (at most 64 KiB, frontier.intake.urls.MAX_INPUT_BYTES),
 # a follow-up, a Job (one UrlItem: the submission's meta plus the URL in two forms).
 ONE_URL_BYTES = 2 * 64 * KiB + RECORD_OVERHEAD
-# The router keeps every UrlBatch record under this many encoded bytes (frontier/router.py), a
+# The router keeps every UrlBatch record under this many encoded bytes (frontier/intake/router.py), a
 # quarter of the topic's 1 MiB: far from the limit, still thousands of plain URLs per record.
 URL_BATCH_BYTES = 256 * KiB
 # crawl.pages: the largest topic limit the producers allow.
@@ -189,155 +177,9 @@ class Topics:
         return self.name(STATUS)
 
 
-def create_all(admin_conf: dict[str, str], topics: Topics, timeout: float = 30.0) -> list[str]:
-    """Create every missing topic; return the names created. Existing topics are left alone,
-    but a co-partitioned topic with the wrong partition count is an error."""
-    conf: dict[str, Any] = dict(admin_conf)
-    admin = AdminClient(conf)
-    existing = admin.list_topics(timeout=timeout).topics
-    for spec in COPARTITIONED:
-        md = existing.get(topics.name(spec))
-        if md is not None and len(md.partitions) != topics.partitions:
-            raise RuntimeError(
-                f"topic {topics.name(spec)} has {len(md.partitions)} partitions, expected {topics.partitions}: "
-                "co-partitioned topics must agree"
-            )
-    new = []
-    for spec in ALL:
-        name = topics.name(spec)
-        if name in existing:
-            continue
-        config = {
-            "cleanup.policy": "compact" if spec.compacted else "delete",
-            "max.message.bytes": str(spec.max_message_bytes),
-        }
-        partitions = spec.partitions or topics.partitions
-        new.append(NewTopic(name, num_partitions=partitions, replication_factor=topics.replication, config=config))
-    created = []
-    if new:
-        for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
-            try:
-                fut.result()
-                created.append(name)
-            except KafkaException as exc:
-                if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                    raise
-    return created
-
-
 def needed_bytes(spec: TopicSpec, max_body_bytes: int | None = None) -> int:
     """The least ``max.message.bytes`` that ``spec``'s topic needs: its largest record. For
     ``crawl.pages`` that depends on the workers' ``max_body_bytes`` (None: the largest allowed)."""
     if spec.base == PAGES.base and max_body_bytes is not None:
         return page_record_bytes(max_body_bytes)
     return spec.produced_bytes
-
-
-class TopicLimitError(RuntimeError):
-    """Existing topics refuse records the crawl produces (or are missing); one line per problem."""
-
-    def __init__(self, problems: list[str]) -> None:
-        super().__init__("; ".join(problems))
-        self.problems = problems
-
-
-def check_limits(
-    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
-) -> list[str]:
-    """Read every crawl topic's ``max.message.bytes`` from the brokers; return one clear line per
-    topic that is missing or whose limit is below the largest record the crawl produces on it
-    (an empty list: all is well). ``max_body_bytes`` is the workers' ``worker.max_body_bytes``
-    (None: the largest the configuration allows)."""
-    problems, _ = _limits(AdminClient(dict(admin_conf)), topics, max_body_bytes, timeout)
-    return problems
-
-
-def raise_limits(
-    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
-) -> list[str]:
-    """Raise ``max.message.bytes`` of every existing topic whose limit is below what the crawl
-    produces to the value a new topic gets (never lowers one); return the names changed."""
-    admin = AdminClient(dict(admin_conf))
-    _, low = _limits(admin, topics, max_body_bytes, timeout)
-    if not low:
-        return []
-    entry = "max.message.bytes"
-    resources = [
-        ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
-            ConfigEntry(entry, str(value), incremental_operation=AlterConfigOpType.SET)])
-        for name, value in low.items()
-    ]  # fmt: skip
-    for future in admin.incremental_alter_configs(resources, request_timeout=timeout).values():
-        future.result()
-    deadline = time.monotonic() + timeout  # until every broker reports the new limits
-    while set(_limits(admin, topics, max_body_bytes, timeout, settle=0)[1]) & set(low):
-        if time.monotonic() >= deadline:
-            raise TopicLimitError([f"{name}: max.message.bytes raised, but not reported yet" for name in sorted(low)])
-        time.sleep(0.2)
-    return sorted(low)
-
-
-def _limits(
-    admin: AdminClient, topics: Topics, max_body_bytes: int | None, timeout: float, settle: float = 5.0
-) -> tuple[list[str], dict[str, int]]:
-    """(problems, {topic whose limit is too low: the limit it should have}). Topics created a
-    moment ago may not be in every broker's metadata yet: missing or unreadable topics are
-    looked up again for up to ``settle`` seconds before they count as problems."""
-    deadline = time.monotonic() + settle
-    while True:
-        problems, low, unsure = _limits_once(admin, topics, max_body_bytes, timeout)
-        if not unsure or time.monotonic() >= deadline:
-            return sorted(problems), low
-        time.sleep(0.2)
-
-
-def _limits_once(
-    admin: AdminClient, topics: Topics, max_body_bytes: int | None, timeout: float
-) -> tuple[list[str], dict[str, int], bool]:
-    existing = admin.list_topics(timeout=timeout).topics
-    problems: list[str] = []
-    low: dict[str, int] = {}
-    unsure = False
-    specs: dict[str, TopicSpec] = {}
-    for spec in ALL:
-        name = topics.name(spec)
-        if name in existing:
-            specs[name] = spec
-        else:
-            unsure = True
-            problems.append(f"{name}: missing (run `crawl-frontier topics create`)")
-    if not specs:
-        return problems, low, unsure
-    resources = [ConfigResource(ResourceType.TOPIC, name) for name in specs]
-    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
-        name = resource.name
-        spec = specs[name]
-        try:
-            entry = future.result().get("max.message.bytes")
-        except KafkaException as exc:
-            unsure = True
-            problems.append(f"{name}: its configuration could not be read: {exc}")
-            continue
-        if entry is None or entry.value is None:
-            problems.append(f"{name}: max.message.bytes not reported by the broker")
-            continue
-        limit = int(entry.value)
-        need = needed_bytes(spec, max_body_bytes)
-        if limit < need:
-            low[name] = max(need, spec.max_message_bytes)
-            problems.append(
-                f"{name}: max.message.bytes is {limit}, below the {need} bytes the crawl may put in one record; "
-                f"records that large would be refused. Raise it: `crawl-frontier topics create --raise-limits`, "
-                f"or kafka-configs.sh --alter --entity-type topics --entity-name {name} "
-                f"--add-config max.message.bytes={low[name]}"
-            )
-    return problems, low, unsure
-
-
-def ensure_limits(
-    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
-) -> None:
-    """:func:`check_limits`, raising :class:`TopicLimitError` with every problem if there is one."""
-    problems = check_limits(admin_conf, topics, max_body_bytes, timeout)
-    if problems:
-        raise TopicLimitError(problems)

@@ -5,7 +5,7 @@ Every record on a crawl topic is a msgspec ``Struct`` encoded as JSON. Each stru
 than guessing. Bytes fields (page bodies, rejected originals) are base64 in JSON.
 
 Topic → message type:
-- ``crawl.urls``           user input: a bare URL string or :class:`Submission` JSON (see ``frontier.urls``)
+- ``crawl.urls``           user input: a bare URL string or :class:`Submission` JSON (see ``frontier.intake.urls``)
 - ``crawl.urls.bydomain``  :class:`UrlBatch`   (router → frontier, one partition's URLs per record)
 - ``crawl.jobs``           :class:`Job`        (frontier → workers, keyed by host)
 - ``crawl.feedback``       :class:`FeedbackBatch` (workers → frontier, keyed by registrable domain)
@@ -53,7 +53,7 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     ``url`` is what gets fetched and checked against robots.txt: the URL as given (fragment
     removed, unsafe characters percent-encoded, host in IDNA), never re-ordered or rewritten.
     ``canonical`` is its canonical form, used only to recognise duplicates; empty when it is
-    the same as ``url`` (see :func:`frontier.urls.seen_fingerprint`).
+    the same as ``url`` (see :func:`frontier.intake.urls.seen_fingerprint`).
     """
 
     url: str

@@ -32,11 +32,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 from prometheus_client import start_http_server
 
 from frontier.config import Config
-from frontier.headers import gate_seconds
-from frontier.kafka_io import AsyncProducer, consumer_conf, coordinates, producer_conf
-from frontier.metrics import WorkerMetrics, lag
-from frontier.policy import with_margin
-from frontier.robots import MAX_ROBOTS_BYTES, agent_token
+from frontier.core.headers import gate_seconds
+from frontier.core.policy import with_margin
+from frontier.core.robots import MAX_ROBOTS_BYTES, agent_token
+from frontier.kafka import AsyncProducer, consumer_conf, coordinates, producer_conf
+from frontier.observability.metrics import WorkerMetrics, lag
 from topics.partitioning import partition_of
 from topics.schemas import (
     NETWORK_ERRORS,

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from deploy.kafka import LocalKafka, free_port
-from frontier.stack import Stack
+from frontier.demo.stack import Stack
 from tests.integration.helpers import submit
 from tests.integration.hidden_sites import HiddenLimitFleet, Limits
 

@@ -1,4 +1,4 @@
-"""The throttling simulator: the real policy (:mod:`frontier.policy`) against a model site, in
+"""The throttling simulator: the real policy (:mod:`frontier.core.policy`) against a model site, in
 virtual time. Deterministic (seeded jitter), no clock, no I/O: a two-minute crawl of a site
 takes milliseconds, so the required results of ``../shared/THROTTLING.md`` §3-4 can be asserted
 in unit tests and printed as a table (``python -m frontier.sim``).
@@ -17,8 +17,8 @@ import random
 from dataclasses import dataclass
 
 from frontier.config import ScopeSettings
-from frontier.headers import gate_seconds
-from frontier.policy import Done, Robots, ScopeState, Sent, apply, decide, delay, with_margin
+from frontier.core.headers import gate_seconds
+from frontier.core.policy import Done, Robots, ScopeState, Sent, apply, decide, delay, with_margin
 from frontier.sim.sites import Answer, Outage, Site
 
 T0 = 1_790_000_000.0  # virtual epoch start (2026-09-21): HTTP-dates make sense

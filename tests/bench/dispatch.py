@@ -16,7 +16,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer
 
-from frontier.stack import Stack
+from frontier.demo.stack import Stack
 from tests.bench.common import broker, measure_rate, parser, produce_urls, report, size, snapshot, wait_total
 from tests.bench.kafka_ceiling import echo_loop
 from topics.partitioning import partition_for

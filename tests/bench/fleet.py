@@ -20,7 +20,7 @@ from typing import Any
 
 from aiohttp import web
 
-from frontier.demo_sites import Hit, Site, SiteFleet, take_token
+from frontier.demo.sites import Hit, Site, SiteFleet, take_token
 
 GATE_TOLERANCE = 0.005  # seconds; both clocks are this machine's
 

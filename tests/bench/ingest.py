@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from frontier.stack import Stack
+from frontier.demo.stack import Stack
 from tests.bench.common import broker, measure_rate, parser, produce_urls, report, size, snapshot, wait_total
 
 FRONTIER = {"robots_obey": False, "status_interval": 0.2, "max_inflight": 1}  # ingest only: no dispatch to speak of

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from frontier.demo_sites import Site
+from frontier.demo.sites import Site
 from tests.bench.fleet import ChildFleet
 from tests.integration.hidden_sites import HiddenLimitFleet, Limits
 

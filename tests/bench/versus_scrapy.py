@@ -26,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from frontier.stack import Stack, TopicReader, read_pages, wait_until
+from frontier.demo.stack import Stack, TopicReader, read_pages, wait_until
 from tests.bench.common import broker, parser, report, size
 from tests.bench.fleet import FleetProcess, FleetReport, FleetSpec
 from tests.bench.kinds import KindsProcess, KindsSpec

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.partition import SEP, PartitionFrontier
-from frontier.store import RocksKV
+from frontier.service.rocks import RocksKV
 from tests.bench.common import parser, report, size
 from topics.schemas import UrlItem
 

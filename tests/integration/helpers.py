@@ -10,8 +10,8 @@ from contextlib import contextmanager
 
 from confluent_kafka import Producer
 
-from frontier.demo_sites import SiteFleet
-from frontier.stack import Stack, TopicReader, read_pages, wait_until
+from frontier.demo.sites import SiteFleet
+from frontier.demo.stack import Stack, TopicReader, read_pages, wait_until
 
 
 def submit(stack: Stack, urls: list[str]) -> None:

@@ -15,7 +15,7 @@ from email.utils import formatdate
 
 from aiohttp import web
 
-from frontier.demo_sites import Hit, Site, SiteFleet, take_token
+from frontier.demo.sites import Hit, Site, SiteFleet, take_token
 
 GATE_TOLERANCE = 0.005  # seconds; clock reads on one machine
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from deploy.kafka import KafkaCluster, LocalKafka, free_port
-from frontier.demo_sites import SiteFleet
-from frontier.stack import Stack
+from frontier.demo.sites import SiteFleet
+from frontier.demo.stack import Stack
 from tests.integration.helpers import crawling, longest_silence_after, politeness_failures
 
 DELAY = 0.3

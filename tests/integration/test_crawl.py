@@ -6,8 +6,8 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from frontier.demo_sites import SiteFleet
-from frontier.stack import Stack, TopicReader, read_pages, read_rejected, wait_until
+from frontier.demo.sites import SiteFleet
+from frontier.demo.stack import Stack, TopicReader, read_pages, read_rejected, wait_until
 from topics.partitioning import partition_for
 
 TOLERANCE = 0.03  # seconds; far below every configured delay here

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
-from frontier.demo_sites import SiteFleet
-from frontier.kafka_io import watermarks
-from frontier.stack import Stack, wait_until
-from frontier.status import read_status
+from frontier.demo.sites import SiteFleet
+from frontier.demo.stack import Stack, wait_until
+from frontier.kafka import watermarks
+from frontier.observability.status import read_status
 from tests.integration.helpers import Pages, crawling, longest_silence_after, politeness_failures, submit
 from topics.partitioning import partition_for
 

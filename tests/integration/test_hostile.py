@@ -13,7 +13,7 @@ from pathlib import Path
 
 import trustme
 
-from frontier.stack import Stack, TopicReader, read_pages, wait_until
+from frontier.demo.stack import Stack, TopicReader, read_pages, wait_until
 from tests.integration.helpers import submit
 
 Handler = Callable[[asyncio.StreamWriter], Awaitable[None]]

@@ -15,8 +15,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # t
 from confluent_kafka.cimpl import NewTopic
 
 from frontier.cli import main
-from frontier.stack import Stack, TopicReader, read_rejected, wait_until
-from topics.catalog import ALL, FEEDBACK, PAGES, STATE, URL_BATCH_BYTES, check_limits
+from frontier.demo.stack import Stack, TopicReader, read_rejected, wait_until
+from topics.admin import check_limits
+from topics.catalog import ALL, FEEDBACK, PAGES, STATE, URL_BATCH_BYTES
 from topics.schemas import Rejected, UrlBatch, decode
 
 

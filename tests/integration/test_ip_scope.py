@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from frontier.demo_sites import SiteFleet
-from frontier.router import Router
-from frontier.stack import Stack, TopicReader, wait_until
+from frontier.demo.sites import SiteFleet
+from frontier.demo.stack import Stack, TopicReader, wait_until
+from frontier.intake.router import Router
 from tests.integration.helpers import Pages, submit
 from topics.partitioning import partition_for
 from topics.schemas import UrlBatch, decode

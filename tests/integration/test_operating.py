@@ -18,8 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.kafka import free_port
 from frontier.client import FrontierClient
-from frontier.demo_sites import SiteFleet
-from frontier.stack import Stack, wait_until
+from frontier.demo.sites import SiteFleet
+from frontier.demo.stack import Stack, wait_until
 from topics.schemas import Page
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"

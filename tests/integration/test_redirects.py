@@ -5,8 +5,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-from frontier.demo_sites import Hit, Site, SiteFleet
-from frontier.stack import Stack
+from frontier.demo.sites import Hit, Site, SiteFleet
+from frontier.demo.stack import Stack
 from tests.integration.helpers import crawling, politeness_failures
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from frontier.demo_sites import SiteFleet
-from frontier.stack import Stack
+from frontier.demo.sites import SiteFleet
+from frontier.demo.stack import Stack
 from tests.integration.helpers import crawling, politeness_failures
 
 DELAY = 0.3

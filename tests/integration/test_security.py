@@ -10,8 +10,8 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from deploy.kafka import LocalKafka, free_port
-from frontier.demo_sites import SiteFleet
-from frontier.stack import Stack
+from frontier.demo.sites import SiteFleet
+from frontier.demo.stack import Stack
 from tests.integration.helpers import crawling
 
 PASSWORD = f"pw-{secrets.token_hex(8)}"

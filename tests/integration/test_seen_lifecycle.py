@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 from frontier.client import FrontierClient
-from frontier.demo_sites import SiteFleet
-from frontier.stack import Stack, wait_until
+from frontier.demo.sites import SiteFleet
+from frontier.demo.stack import Stack, wait_until
 from tests.integration.helpers import crawling, submit
 
 

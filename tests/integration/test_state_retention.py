@@ -19,9 +19,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
-from frontier.stack import wait_until
-from frontier.standby import Standby
-from frontier.state import (
+from frontier.demo.stack import wait_until
+from frontier.service.restore import (
     STANDBY_AT_KEY,
     STANDBY_KEY,
     changelog_end,
@@ -31,7 +30,8 @@ from frontier.state import (
     local_copy,
     open_partition,
 )
-from frontier.store import RocksKV
+from frontier.service.rocks import RocksKV
+from frontier.service.standby import Standby
 
 DAY = 24 * 3600.0
 LEASE, PAUSE, SEEN = b"Lold-lease", b"Oexample.com", b"Sseen"

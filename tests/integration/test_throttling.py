@@ -19,7 +19,7 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from frontier.stack import Stack, TopicReader, read_pages, wait_until
+from frontier.demo.stack import Stack, TopicReader, read_pages, wait_until
 from tests.integration.hidden_sites import HiddenLimitFleet, Hit, Limits
 
 WARMUP = 20.0  # seconds after a site's first page before its rate is judged (§3: "after the first 20 s")

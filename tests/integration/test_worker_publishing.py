@@ -22,8 +22,8 @@ from aiohttp import web
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
-from frontier.demo_sites import Hit, Site, SiteFleet
-from frontier.stack import Stack, TopicReader, read_pages, wait_until
+from frontier.demo.sites import Hit, Site, SiteFleet
+from frontier.demo.stack import Stack, TopicReader, read_pages, wait_until
 from topics.schemas import Feedback, FeedbackBatch, Page, decode
 
 MAX_PAGE_RECORD = 16_384  # crawl.pages' max.message.bytes in this test

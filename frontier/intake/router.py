@@ -16,7 +16,7 @@ length and digest only). Only failures that are not about one record (the broker
 no authorisation, a missing topic) stop the router, uncommitted, to be retried.
 
 With ``frontier.ip_scope = true`` the router also resolves each batch's hosts
-(:class:`~frontier.addresses.Resolver`: cached, concurrent, bounded in time) and keys a URL by
+(:class:`~frontier.intake.addresses.Resolver`: cached, concurrent, bounded in time) and keys a URL by
 its host's address (``UrlItem.ip``, partition = murmur2(address) mod N), so hosts on one server
 share a partition and the scope ``ip:<address>`` there; a host that does not resolve in time is
 keyed by its domain as without the option. With ``ip_scope = false`` it never resolves anything.
@@ -39,9 +39,9 @@ from typing import NamedTuple, TypeVar
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 
-from frontier.addresses import Resolver
-from frontier.kafka_io import consumer_conf, coordinates, produce, producer_conf
-from frontier.urls import Rejection, parse_input
+from frontier.intake.addresses import Resolver
+from frontier.intake.urls import Rejection, parse_input
+from frontier.kafka import consumer_conf, coordinates, produce, producer_conf
 from topics.catalog import URL_BATCH_BYTES, Topics
 from topics.partitioning import partition_of
 from topics.schemas import Rejected, UrlBatch, UrlItem, encode

@@ -2,7 +2,7 @@
 and close it cleanly so the next owner knows how far the local copy can be trusted.
 
 Recovery rule (as faust's RocksDB store does, made stricter): the local database is trusted only
-if it was closed cleanly or kept as a standby copy (see ``frontier.standby``), in which case it
+if it was closed cleanly or kept as a standby copy (see ``frontier.service.standby``), in which case it
 records the changelog offset it is complete up to and only newer changelog records are replayed.
 After a crash the local files are wiped and the partition is rebuilt from the whole (compacted)
 changelog, so nothing that was never acknowledged by Kafka survives locally and diverges.
@@ -29,8 +29,9 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 
-from frontier.kafka_io import watermarks
-from frontier.store import KV, META, RocksKV
+from frontier.core.kv import KV, META
+from frontier.kafka import watermarks
+from frontier.service.rocks import RocksKV
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 faust provides group membership, co-partitioned assignment of ``crawl.urls.bydomain`` and
 ``crawl.feedback`` (the same partition numbers to the same instance), offset commits and the
-process lifecycle. The work itself is done by :class:`~frontier.service.FrontierService`;
+process lifecycle. The work itself is done by :class:`~frontier.service.service.FrontierService`;
 records are batches (many URLs or results per record), so faust's per-event cost is paid once
 per batch, not once per URL.
 """
@@ -21,9 +21,9 @@ import faust
 from aiohttp import web
 
 from frontier.config import Config
-from frontier.router import Router
-from frontier.service import FrontierService
-from frontier.web import LagProbe, StatusFeed, build_web, check_exposure
+from frontier.intake.router import Router
+from frontier.observability.web import LagProbe, StatusFeed, build_web, check_exposure
+from frontier.service.service import FrontierService
 from topics.schemas import ControlCommand, FeedbackBatch, SchemaError, UrlBatch, decode
 
 log = logging.getLogger("frontier")
@@ -68,7 +68,7 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
         topic_partitions=t.partitions,
         topic_replication_factor=t.replication,
         datadir=f"{cfg.frontier.state_dir}/faust",
-        web_enabled=False,  # the frontier serves its own page and metrics (frontier.web)
+        web_enabled=False,  # the frontier serves its own page and metrics (frontier.observability.web)
         broker_session_timeout=10.0,
         broker_heartbeat_interval=2.0,
         broker_commit_every=1000,

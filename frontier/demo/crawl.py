@@ -19,9 +19,9 @@ from urllib.parse import urlsplit
 from confluent_kafka import Producer
 
 from deploy.kafka import LocalKafka, free_port
-from frontier.demo_sites import SiteFleet
-from frontier.stack import Stack, TopicReader, read_pages, read_rejected
-from frontier.status import read_status, render
+from frontier.demo.sites import SiteFleet
+from frontier.demo.stack import Stack, TopicReader, read_pages, read_rejected
+from frontier.observability.status import read_status, render
 from topics.schemas import Page, Rejected
 
 DEFAULT_DELAY, DEFAULT_CONCURRENCY = 0.5, 1

@@ -9,7 +9,7 @@ The delay of a scope is the largest of:
 - its **base**: the configured ``delay`` (lowered by rampup), raised by robots.txt
   ``Crawl-delay`` unless ``ignore_robots_txt``;
 - the **AutoThrottle** delay (Scrapy's rule, see :func:`autothrottle`), never below the base;
-- the **adaptation** delay (:mod:`frontier.adapt`): responses move it. Limit signals teach the
+- the **adaptation** delay (:mod:`frontier.core.adapt`): responses move it. Limit signals teach the
   scope its limit and each success brings the delay back toward it; trouble signals probe at
   doubling intervals until the first success ends the outage;
 - the quota **spread** (``window / quota``) when asked for, and a **published budget**'s
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import msgspec
 
-from frontier import adapt
-from frontier.causes import Cause
 from frontier.config import ScopeSettings
-from frontier.headers import RateLimit, gate_seconds, ratelimit
+from frontier.core import adapt
+from frontier.core.causes import Cause
+from frontier.core.headers import RateLimit, gate_seconds, ratelimit
 from topics.schemas import NETWORK_ERRORS
 
 _EPS = 1e-9
@@ -49,7 +49,7 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     last_sent: float = -1.0  # latest known request send (< 0: never)
     jitter_u: float = 0.5  # uniform [0, 1) draw for the gap after last_sent
     at_delay: float = -1.0  # AutoThrottle delay (< 0: not started yet)
-    backoff: float = 0.0  # adaptation delay from limit signals (0: none), see frontier.adapt
+    backoff: float = 0.0  # adaptation delay from limit signals (0: none), see frontier.core.adapt
     backoff_step_at: float = -1.0  # when adaptation last stepped up (incident boundary; < 0: never)
     limit: float = 0.0  # learned limit: the sending interval at the last limit signal (0: none known)
     near: int = 0  # successes at the target since the last probe step
@@ -237,7 +237,14 @@ def _rampup(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
             d = min(s.delay, d * 2)
     # windows during which nothing was sent tell nothing: start the next window now
     return msgspec.structs.replace(
-        state, ru_delay=d, ru_concurrency=c, ru_window_start=now, ru_triggers=0, ru_sent=0, cause=cause, unsafe=unsafe,
+        state,
+        ru_delay=d,
+        ru_concurrency=c,
+        ru_window_start=now,
+        ru_triggers=0,
+        ru_sent=0,
+        cause=cause,
+        unsafe=unsafe,
         cause_kind=kind,
     )
 

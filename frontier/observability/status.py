@@ -11,7 +11,7 @@ from typing import Any
 import msgspec
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from frontier.kafka_io import watermarks
+from frontier.kafka import watermarks
 from topics.schemas import SchemaError, ScopeStatus, Status, decode
 
 READ_TIMEOUT = 10.0  # give up reading the status topic after this long
@@ -55,7 +55,7 @@ def read_status(client: dict[str, Any], topic: str, max_age: float | None = LIVE
     return [s for s in latest.values() if max_age is None or now - s.at <= max_age]
 
 
-# A dispatch decision's reason word (frontier.policy.decide, frontier.partition) as a sentence;
+# A dispatch decision's reason word (frontier.core.policy.decide, frontier.partition) as a sentence;
 # {t} is the wait ("0.4 s").
 _SENTENCES = {
     "delay": "delay: next send in {t}",

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
-from frontier.urls import registrable_domain
+from frontier.intake.urls import registrable_domain
 from topics.partitioning import partition_for
 from topics.schemas import ControlCommand, encode
 

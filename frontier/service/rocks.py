@@ -1,8 +1,5 @@
-"""Key-value stores for one frontier partition: the contract, an in-memory implementation (for
-unit tests) and a RocksDB one (rocksdict, raw bytes, one database per partition).
-
-Keys are bytes and ordered bytewise; ``scan(prefix)`` yields in key order. Keys starting with
-``META`` (``b"\\x00"``) are local bookkeeping and never go to the changelog.
+"""RocksDB storage of the partitions (rocksdict, raw bytes, one database per partition), with the
+contract of ``frontier.core.kv.KV``.
 
 Memory: every RocksDB database of the process (the partitions it owns and its standby copies)
 shares one block cache of ``BLOCK_CACHE_BYTES`` that also holds the index and filter blocks, and
@@ -13,15 +10,12 @@ block cache and keep index and filter blocks outside any cache, growing with the
 
 from __future__ import annotations
 
-import bisect
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Protocol
 
 from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, WriteBufferManager, WriteOptions
 
-META = b"\x00"
 MEMTABLE_BYTES = 4 * 1024 * 1024  # per database; at most 2 of them (one being flushed)
 BLOCK_CACHE_BYTES = 64 * 1024 * 1024  # shared by every database of the process
 WRITE_BUFFER_BYTES = 32 * 1024 * 1024  # all memtables of the process together: flushed early beyond
@@ -59,50 +53,6 @@ def rocks_options() -> Options:
     table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
     opts.set_block_based_table_factory(table)
     return opts
-
-
-class KV(Protocol):
-    def get(self, key: bytes) -> bytes | None: ...
-    def put(self, key: bytes, value: bytes) -> None: ...
-    def delete(self, key: bytes) -> None: ...
-    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]: ...
-    def first(self, prefix: bytes) -> tuple[bytes, bytes] | None: ...
-    def close(self) -> None: ...
-
-
-class MemoryKV:
-    """A sorted in-memory map with the KV contract."""
-
-    def __init__(self) -> None:
-        self._data: dict[bytes, bytes] = {}
-        self._keys: list[bytes] = []
-
-    def get(self, key: bytes) -> bytes | None:
-        return self._data.get(key)
-
-    def put(self, key: bytes, value: bytes) -> None:
-        if key not in self._data:
-            bisect.insort(self._keys, key)
-        self._data[key] = value
-
-    def delete(self, key: bytes) -> None:
-        if self._data.pop(key, None) is not None:
-            del self._keys[bisect.bisect_left(self._keys, key)]
-
-    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
-        i = bisect.bisect_left(self._keys, prefix)
-        for key in list(self._keys[i:]):
-            if not key.startswith(prefix):
-                return
-            value = self._data.get(key)
-            if value is not None:
-                yield key, value
-
-    def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:
-        return next(self.scan(prefix), None)
-
-    def close(self) -> None:
-        pass
 
 
 def prefix_end(prefix: bytes) -> bytes | None:

@@ -9,7 +9,7 @@ It also records under ``STANDBY_AT_KEY`` a wall-clock time before which every ch
 is in the copy: every ``probe_interval`` seconds the thread notes the time and asks for the
 partition's high watermark; once the copy has applied everything below that watermark, the
 noted time is recorded. A copy left behind for longer than the changelog keeps tombstones is
-then rebuilt instead of tailed (``frontier.state.restore_plan``), as is a clean copy of a formerly
+then rebuilt instead of tailed (``frontier.service.restore.restore_plan``), as is a clean copy of a formerly
 owned partition that is too old when it becomes a standby.
 
 All RocksDB access for standby partitions happens on the standby thread; the service asks for a
@@ -31,8 +31,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from frontier.kafka_io import watermarks
-from frontier.state import (
+from frontier.kafka import watermarks
+from frontier.service.restore import (
     CLEAN_AT_KEY,
     CLEAN_KEY,
     STANDBY_AT_KEY,
@@ -44,7 +44,7 @@ from frontier.state import (
     local_copy,
     restore_plan,
 )
-from frontier.store import RocksKV
+from frontier.service.rocks import RocksKV
 
 log = logging.getLogger(__name__)
 

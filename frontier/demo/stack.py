@@ -17,7 +17,8 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from topics.catalog import Topics, create_all
+from topics.admin import create_all
+from topics.catalog import Topics
 from topics.schemas import Page, Rejected, decode
 
 # glibc keeps per-thread malloc arenas; with Python, RocksDB and librdkafka threads in one process

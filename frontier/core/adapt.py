@@ -1,5 +1,5 @@
 """Adaptation: responses move a scope's delay (``../shared/THROTTLING.md`` v2 §3). Pure functions
-over :class:`~frontier.policy.ScopeState`; no clock, no I/O.
+over :class:`~frontier.core.policy.ScopeState`; no clock, no I/O.
 
 Every response is evidence, in one of three classes (:func:`classify`):
 
@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
-from frontier.causes import Cause
 from frontier.config import ScopeSettings
+from frontier.core.causes import Cause
 
 if TYPE_CHECKING:
-    from frontier.policy import ScopeState
+    from frontier.core.policy import ScopeState
 
 NEAR = 0.03  # settle this much above the learned limit interval
 RECOVER = 0.35  # share of the excess above the target removed by each success
@@ -120,7 +120,10 @@ def on_trouble(state: ScopeState, now: float, s: ScopeSettings, current: float, 
     else:
         new = min(cap, max(current, TROUBLE_START))
     return msgspec.structs.replace(
-        state, trouble=new, backoff_step_at=now, cause=f"trouble ({why}): probing every {new:.1f}s until it answers",
+        state,
+        trouble=new,
+        backoff_step_at=now,
+        cause=f"trouble ({why}): probing every {new:.1f}s until it answers",
         cause_kind=Cause.TROUBLE,
     )
 

@@ -1,6 +1,6 @@
 """The frontier's own HTTP server: a live page, its JSON API and Prometheus metrics.
 
-- ``GET /``                     the live page (``frontier/static/index.html``)
+- ``GET /``                     the live page (``frontier/observability/static/index.html``)
 - ``GET /api/status?top=N``     totals and the busiest scopes of every live instance
 - ``GET /api/history?scope=S``  the scope's delay, request rate, queue and gate over time (read-only)
 - ``POST /api/watch``           ``{"scope": S}``: have the scope's owner report it for a while
@@ -63,8 +63,8 @@ from confluent_kafka import Consumer, TopicPartition
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from frontier.config import ConfigError, FrontierConfig
-from frontier.service import WATCH_SECONDS, WatchBusy, watch_scope
-from frontier.status import LIVE_SECONDS, overview
+from frontier.observability.status import LIVE_SECONDS, overview
+from frontier.observability.watch import WATCH_SECONDS, WatchBusy, watch_scope
 from topics.schemas import SchemaError, ScopeStatus, Status, decode
 
 log = logging.getLogger(__name__)
@@ -341,7 +341,7 @@ def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> w
 
 def build_web(feed: StatusHistory, service: Any, token: str = "") -> web.Application:
     """The app. ``service`` needs ``instance``, ``metrics.registry`` and ``watch(scope) -> bool``."""
-    page = resources.files("frontier").joinpath("static/index.html").read_text(encoding="utf-8")
+    page = resources.files("frontier.observability").joinpath("static/index.html").read_text(encoding="utf-8")
 
     @web.middleware
     async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:

@@ -1,0 +1,12 @@
+"""The pure core: when each scope may send, and how responses move its delay.
+
+Owns: the throttling policy (``policy``: immutable ``ScopeState`` and typed events; ``adapt``:
+v2 adaptation from limit and trouble signals), header parsing (``headers``: Retry-After,
+RateLimit), the typed causes of delay changes (``causes``), robots.txt rules (``robots``), the
+due-time schedule of queues (``scheduler``), operators' overrides and command routing
+(``control``) and the key-value contract a partition is written against (``kv``).
+
+May import: ``frontier.core``, ``frontier.config``, ``frontier.intake.urls`` and the pure parts of
+``topics`` (``schemas``, ``catalog``, ``partitioning``). Never Kafka, RocksDB, aiohttp or the
+clock: time is always passed in (``tests/test_layout.py`` checks it).
+"""

@@ -1,0 +1,166 @@
+"""Topics on a broker: create every topic of a crawl (idempotent) and check or raise their record
+size limits (``max.message.bytes``). The specs themselves are ``topics.catalog``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, not in __all__
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    ResourceType,
+)
+from confluent_kafka.cimpl import NewTopic
+
+from topics.catalog import ALL, COPARTITIONED, Topics, TopicSpec, needed_bytes
+
+
+def create_all(admin_conf: dict[str, str], topics: Topics, timeout: float = 30.0) -> list[str]:
+    """Create every missing topic; return the names created. Existing topics are left alone,
+    but a co-partitioned topic with the wrong partition count is an error."""
+    conf: dict[str, Any] = dict(admin_conf)
+    admin = AdminClient(conf)
+    existing = admin.list_topics(timeout=timeout).topics
+    for spec in COPARTITIONED:
+        md = existing.get(topics.name(spec))
+        if md is not None and len(md.partitions) != topics.partitions:
+            raise RuntimeError(
+                f"topic {topics.name(spec)} has {len(md.partitions)} partitions, expected {topics.partitions}: "
+                "co-partitioned topics must agree"
+            )
+    new = []
+    for spec in ALL:
+        name = topics.name(spec)
+        if name in existing:
+            continue
+        config = {
+            "cleanup.policy": "compact" if spec.compacted else "delete",
+            "max.message.bytes": str(spec.max_message_bytes),
+        }
+        partitions = spec.partitions or topics.partitions
+        new.append(NewTopic(name, num_partitions=partitions, replication_factor=topics.replication, config=config))
+    created = []
+    if new:
+        for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
+            try:
+                fut.result()
+                created.append(name)
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+    return created
+
+
+class TopicLimitError(RuntimeError):
+    """Existing topics refuse records the crawl produces (or are missing); one line per problem."""
+
+    def __init__(self, problems: list[str]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
+def check_limits(
+    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
+) -> list[str]:
+    """Read every crawl topic's ``max.message.bytes`` from the brokers; return one clear line per
+    topic that is missing or whose limit is below the largest record the crawl produces on it
+    (an empty list: all is well). ``max_body_bytes`` is the workers' ``worker.max_body_bytes``
+    (None: the largest the configuration allows)."""
+    problems, _ = _limits(AdminClient(dict(admin_conf)), topics, max_body_bytes, timeout)
+    return problems
+
+
+def raise_limits(
+    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
+) -> list[str]:
+    """Raise ``max.message.bytes`` of every existing topic whose limit is below what the crawl
+    produces to the value a new topic gets (never lowers one); return the names changed."""
+    admin = AdminClient(dict(admin_conf))
+    _, low = _limits(admin, topics, max_body_bytes, timeout)
+    if not low:
+        return []
+    entry = "max.message.bytes"
+    resources = [
+        ConfigResource(ResourceType.TOPIC, name, incremental_configs=[
+            ConfigEntry(entry, str(value), incremental_operation=AlterConfigOpType.SET)])
+        for name, value in low.items()
+    ]  # fmt: skip
+    for future in admin.incremental_alter_configs(resources, request_timeout=timeout).values():
+        future.result()
+    deadline = time.monotonic() + timeout  # until every broker reports the new limits
+    while set(_limits(admin, topics, max_body_bytes, timeout, settle=0)[1]) & set(low):
+        if time.monotonic() >= deadline:
+            raise TopicLimitError([f"{name}: max.message.bytes raised, but not reported yet" for name in sorted(low)])
+        time.sleep(0.2)
+    return sorted(low)
+
+
+def _limits(
+    admin: AdminClient, topics: Topics, max_body_bytes: int | None, timeout: float, settle: float = 5.0
+) -> tuple[list[str], dict[str, int]]:
+    """(problems, {topic whose limit is too low: the limit it should have}). Topics created a
+    moment ago may not be in every broker's metadata yet: missing or unreadable topics are
+    looked up again for up to ``settle`` seconds before they count as problems."""
+    deadline = time.monotonic() + settle
+    while True:
+        problems, low, unsure = _limits_once(admin, topics, max_body_bytes, timeout)
+        if not unsure or time.monotonic() >= deadline:
+            return sorted(problems), low
+        time.sleep(0.2)
+
+
+def _limits_once(
+    admin: AdminClient, topics: Topics, max_body_bytes: int | None, timeout: float
+) -> tuple[list[str], dict[str, int], bool]:
+    existing = admin.list_topics(timeout=timeout).topics
+    problems: list[str] = []
+    low: dict[str, int] = {}
+    unsure = False
+    specs: dict[str, TopicSpec] = {}
+    for spec in ALL:
+        name = topics.name(spec)
+        if name in existing:
+            specs[name] = spec
+        else:
+            unsure = True
+            problems.append(f"{name}: missing (run `crawl-frontier topics create`)")
+    if not specs:
+        return problems, low, unsure
+    resources = [ConfigResource(ResourceType.TOPIC, name) for name in specs]
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+        name = resource.name
+        spec = specs[name]
+        try:
+            entry = future.result().get("max.message.bytes")
+        except KafkaException as exc:
+            unsure = True
+            problems.append(f"{name}: its configuration could not be read: {exc}")
+            continue
+        if entry is None or entry.value is None:
+            problems.append(f"{name}: max.message.bytes not reported by the broker")
+            continue
+        limit = int(entry.value)
+        need = needed_bytes(spec, max_body_bytes)
+        if limit < need:
+            low[name] = max(need, spec.max_message_bytes)
+            problems.append(
+                f"{name}: max.message.bytes is {limit}, below the {need} bytes the crawl may put in one record; "
+                f"records that large would be refused. Raise it: `crawl-frontier topics create --raise-limits`, "
+                f"or kafka-configs.sh --alter --entity-type topics --entity-name {name} "
+                f"--add-config max.message.bytes={low[name]}"
+            )
+    return problems, low, unsure
+
+
+def ensure_limits(
+    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
+) -> None:
+    """:func:`check_limits`, raising :class:`TopicLimitError` with every problem if there is one."""
+    problems = check_limits(admin_conf, topics, max_body_bytes, timeout)
+    if problems:
+        raise TopicLimitError(problems)
