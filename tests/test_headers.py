@@ -193,3 +193,16 @@ def test_ratelimit_never_raises(h: dict[str, str]) -> None:
 def test_gate_seconds_never_raises(status: int, h: dict[str, str], trigger: bool, now: float) -> None:
     gate = gate_seconds(status, h, trigger, now)
     assert gate is None or (finite_non_negative(gate[0]) and gate[0] > 0 and isinstance(gate[1], str))
+
+
+def test_workers_forward_every_header_the_parser_reads() -> None:
+    """One list: a header the throttling reads is forwarded by the workers (frontier/core/headers.py
+    names both), so adding a signal touches that module only."""
+    import re
+    from pathlib import Path
+
+    from frontier.core import headers as module
+
+    source = Path(module.__file__).read_text()
+    read = set(re.findall(r'headers\.get\("([a-z-]+)"', source))
+    assert read and read <= set(module.THROTTLE_HEADERS), sorted(read - set(module.THROTTLE_HEADERS))

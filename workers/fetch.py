@@ -15,13 +15,9 @@ from typing import Any
 import aiohttp
 
 from frontier.config import BACKOFF_CODES
+from frontier.core.headers import THROTTLE_HEADERS
 from topics.schemas import NETWORK_ERRORS
 from workers.safety import BlockedAddress
-
-# Headers the frontier's throttling reads (Retry-After, RateLimit drafts); kept in feedback.
-# ``date`` is the server's clock: an HTTP-date Retry-After is read against it.
-THROTTLE_HEADERS = ("retry-after", "ratelimit", "ratelimit-policy", "ratelimit-limit", "ratelimit-remaining",
-                    "ratelimit-reset", "x-ratelimit-remaining", "x-ratelimit-reset", "date")  # fmt: skip
 
 
 @dataclass
