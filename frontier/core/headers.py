@@ -29,8 +29,19 @@ from datetime import UTC, datetime
 # The response headers a worker forwards in feedback: what this module reads. Adding a signal is
 # a parser here plus its name in this list. ``date`` is the server's clock: an HTTP-date
 # Retry-After is read against it.
-THROTTLE_HEADERS = ("retry-after", "ratelimit", "ratelimit-policy", "ratelimit-limit", "ratelimit-remaining",
-                    "ratelimit-reset", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "date")  # fmt: skip
+THROTTLE_HEADERS = (
+    "retry-after",
+    "ratelimit",
+    "ratelimit-policy",
+    "ratelimit-limit",
+    "ratelimit-remaining",
+    "ratelimit-reset",
+    "x-ratelimit-limit",
+    "x-ratelimit-remaining",
+    "x-ratelimit-reset",
+    "date",
+)
+
 HUGE = 10**10  # seconds or requests (or an epoch time): any number above this, or longer than MAX_DIGITS, is this
 MAX_DIGITS = 10  # significant digits parsed exactly; int() of 4,300+ digits raises, float() of 309+
 MAX_ITEMS = 64  # list members of one RateLimit / RateLimit-Policy field considered
