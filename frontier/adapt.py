@@ -120,7 +120,10 @@ def on_trouble(state: ScopeState, now: float, s: ScopeSettings, current: float, 
     else:
         new = min(cap, max(current, TROUBLE_START))
     return msgspec.structs.replace(
-        state, trouble=new, backoff_step_at=now, cause=f"trouble ({why}): probing every {new:.1f}s until it answers",
+        state,
+        trouble=new,
+        backoff_step_at=now,
+        cause=f"trouble ({why}): probing every {new:.1f}s until it answers",
         cause_kind=Cause.TROUBLE,
     )
 

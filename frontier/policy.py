@@ -237,7 +237,14 @@ def _rampup(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
             d = min(s.delay, d * 2)
     # windows during which nothing was sent tell nothing: start the next window now
     return msgspec.structs.replace(
-        state, ru_delay=d, ru_concurrency=c, ru_window_start=now, ru_triggers=0, ru_sent=0, cause=cause, unsafe=unsafe,
+        state,
+        ru_delay=d,
+        ru_concurrency=c,
+        ru_window_start=now,
+        ru_triggers=0,
+        ru_sent=0,
+        cause=cause,
+        unsafe=unsafe,
         cause_kind=kind,
     )
 
