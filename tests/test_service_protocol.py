@@ -176,9 +176,8 @@ async def test_the_gates_gauge_map_is_pruned_with_every_status_snapshot() -> Non
     svc, _, _ = service(FrontierConfig(robots_obey=False))
     svc.clock = lambda: 900.0
     for n in range(10_000):
-        svc._delay_changed(
-            f"h{n}.test", 0.1, 0.2, "gate", Cause.GATE, 1000.0 + (n % 2) * 100
-        )  # half of them still open
+        until = 1000.0 + (n % 2) * 100  # half of them still open
+        svc._delay_changed(f"h{n}.test", 0.1, 0.2, "gate", Cause.GATE, until)
     assert len(svc._gates) == 10_000
     svc.clock = lambda: 1050.0
     svc.publish_status(1050.0)

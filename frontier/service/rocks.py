@@ -14,7 +14,16 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from rocksdict import BlockBasedOptions, Cache, Options, Rdict, ReadOptions, WriteBufferManager, WriteOptions
+from rocksdict import (
+    BlockBasedIndexType,
+    BlockBasedOptions,
+    Cache,
+    Options,
+    Rdict,
+    ReadOptions,
+    WriteBufferManager,
+    WriteOptions,
+)
 
 MEMTABLE_BYTES = 4 * 1024 * 1024  # per database; at most 2 of them (one being flushed)
 BLOCK_CACHE_BYTES = 64 * 1024 * 1024  # shared by every database of the process
@@ -47,10 +56,16 @@ def rocks_options() -> Options:
     table = BlockBasedOptions()
     table.set_block_cache(cache)
     # Index and filter blocks live in the shared cache (bounded) instead of the heap (growing with
-    # the data); level 0's stay pinned there, since every lookup reads them.
+    # the data). Partitioned into 4 KiB pieces under a small pinned top level, so that a lookup
+    # loads only the pieces it needs: whole per-file blocks (hundreds of KiB each) evicted by data
+    # blocks and read again made ingest several times slower (measured).
     table.set_cache_index_and_filter_blocks(True)
     table.set_pin_l0_filter_and_index_blocks_in_cache(True)
     table.set_bloom_filter(BLOOM_BITS_PER_KEY, False)
+    table.set_index_type(BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
+    table.set_metadata_block_size(4096)
+    table.set_pin_top_level_index_and_filter(True)
     opts.set_block_based_table_factory(table)
     return opts
 
