@@ -13,10 +13,11 @@ from dataclasses import replace
 
 import msgspec
 
-from frontier import partition as partition_module
 from frontier.config import Config, FrontierConfig
 from frontier.core.robots import RobotsRecord
 from frontier.partition import PartitionFrontier
+from frontier.partition import robots as robots_module
+from frontier.partition import scopes as scopes_module
 from frontier.service.service import MAX_GATE_GAUGE, FrontierService
 from topics.schemas import Feedback
 
@@ -67,7 +68,7 @@ def test_a_million_gated_hosts_keep_the_partition_and_service_maps_bounded() -> 
         f.feedback(Feedback(lease="gone", host=host, domain=host, url=f"http://{host}/", outcome="fetched",
                             status=429, sent_at=now[0], headers={"retry-after": "3600"}), now[0])  # fmt: skip
     assert kv.puts >= HOSTS  # every host's state was written: the hosts really went through
-    assert len(f._states) == partition_module.STATE_CACHE
+    assert len(f._states) == scopes_module.STATE_CACHE
     assert not f._waiters and not f._leases and not f._queued and len(f._scheduler) == 0
     assert len(svc._gates) == MAX_GATE_GAUGE
     assert svc.metric_totals()["gates_active"] == MAX_GATE_GAUGE  # saturated: every gate is still open
@@ -83,6 +84,6 @@ def test_a_million_gated_hosts_keep_the_partition_and_service_maps_bounded() -> 
     for i in range(HOSTS):
         rules = f._robots(f"http://h{i}.test", 1.0)
         assert rules is not None
-    assert len(f._rules) == partition_module.ROBOTS_CACHE
+    assert len(f._rules) == robots_module.ROBOTS_CACHE
     assert f"http://h{HOSTS - 1}.test" in f._rules and "http://h0.test" not in f._rules
     assert rules is not None and not rules.allowed(f"http://h{HOSTS - 1}.test/private")

@@ -4,11 +4,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from frontier import partition as partition_module
 from frontier.core.control import control_record, covers, scope_domain
 from frontier.core.kv import MemoryKV
 from frontier.intake.urls import parse_input, url_fingerprint
 from frontier.partition import SEEN_REVISIT, PartitionFrontier, Refused, read_seen
+from frontier.partition import scopes as scopes_module
 from tests.test_partition import SETTINGS, THROTTLE, Log, fb, items
 from topics.partitioning import partition_for
 from topics.schemas import ControlCommand, Submission, encode
@@ -156,7 +156,7 @@ def test_overrides_found_by_suffix_match_the_covers_rule(
 
 
 def test_overrides_are_bounded_per_partition_and_refused_beyond(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(partition_module, "MAX_OVERRIDES", 3)
+    monkeypatch.setattr(scopes_module, "MAX_OVERRIDES", 3)
     f = make()
     for host in ("a.test", "b.test", "c.test"):
         f.control(cmd("pause", host), 0.0)

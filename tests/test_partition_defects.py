@@ -10,7 +10,8 @@ from frontier.core import policy
 from frontier.core.kv import MemoryKV
 from frontier.intake.urls import parse_input
 from frontier.observability.status import render
-from frontier.partition import PartitionFrontier, queue_prefix
+from frontier.partition import PartitionFrontier
+from frontier.partition.keys import queue_prefix, scope_queue
 from topics.schemas import Feedback, Job, Status
 
 FIXED = AutoThrottleSettings(enabled=False)
@@ -125,7 +126,7 @@ def test_queue_order_is_fifo_even_where_the_old_sequence_wrapped() -> None:
     t0 = (int(1_790_000_000 / wrap) + 1) * wrap - 0.5  # half a second before a wrap in 2026
     f.ingest([parse_input(b"http://fifo.test/first")], t0)
     f.ingest([parse_input(b"http://fifo.test/second")], t0 + 1.0)
-    keys = [k for k, _ in f.kv.scan(queue_prefix("fifo.test"))]
+    keys = [k for k, _ in f.kv.scan(queue_prefix(scope_queue("fifo.test")))]
     first = f.kv.get(keys[0])
     assert first is not None and b"/first" in first
 

@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
-from frontier import partition as partition_module
 from frontier.config import Config, FrontierConfig
 from frontier.core.causes import Cause
 from frontier.core.kv import MemoryKV
 from frontier.intake.urls import parse_input
 from frontier.partition import PartitionFrontier
-from frontier.service.service import ACK_KEY, FrontierService, _Owned
+from frontier.partition import scopes as scopes_module
+from frontier.partition.keys import ACK_KEY
+from frontier.service.service import FrontierService, _Owned
 from topics.schemas import ControlCommand, Feedback, FeedbackBatch, Job, Page, Rejected, decode
 
 
@@ -185,7 +186,7 @@ async def test_the_gates_gauge_map_is_pruned_with_every_status_snapshot() -> Non
 
 
 async def test_a_refused_control_command_goes_to_rejected_and_is_acknowledged(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(partition_module, "MAX_OVERRIDES", 1)
+    monkeypatch.setattr(scopes_module, "MAX_OVERRIDES", 1)
     svc, rec, f = service(FrontierConfig(robots_obey=False))
     first, second = Event(), Event()
     await svc.handle_control(0, ControlCommand(action="pause", scope="a.test"), first)

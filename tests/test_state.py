@@ -9,14 +9,10 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING
 
 from frontier.core.kv import MemoryKV
+from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, MARKER_KEYS, STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service import restore as state
 from frontier.service.restore import (
-    CLEAN_AT_KEY,
-    CLEAN_KEY,
     DEFAULT_DELETE_RETENTION,
-    MARKER_KEYS,
-    STANDBY_AT_KEY,
-    STANDBY_KEY,
     LocalCopy,
     close_partition,
     local_copy,

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from confluent_kafka import TopicPartition
 
-from frontier.service.restore import STANDBY_AT_KEY, STANDBY_KEY, LocalCopy, close_partition, db_path, local_copy
+from frontier.partition.keys import STANDBY_AT_KEY, STANDBY_KEY
+from frontier.service.restore import LocalCopy, close_partition, db_path, local_copy
 from frontier.service.rocks import RocksKV
 from frontier.service.standby import Standby
 

@@ -13,7 +13,8 @@ from hypothesis import strategies as st
 
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import MemoryKV
-from frontier.partition import SEP, PartitionFrontier
+from frontier.partition import PartitionFrontier
+from frontier.partition.keys import is_multi, queue_scopes
 from topics.schemas import ControlCommand, Feedback, Job, UrlItem
 
 THROTTLE = ThrottleConfig(
@@ -40,20 +41,20 @@ def item(host: str, n: int, names: list[str]) -> UrlItem:
 
 def old_scan(f: PartitionFrontier, scope: str) -> tuple[int, str]:
     """What scope_row counted before the index: every queue id scanned."""
-    mine = [(n, q) for q, n in f._queued.items() if scope in q.split(SEP)]
+    mine = [(n, q) for q, n in f._queued.items() if scope in queue_scopes(q)]
     return sum(n for n, _ in mine), max(mine)[1] if mine else ""
 
 
 def every_scope(f: PartitionFrontier) -> set[str]:
-    scopes = {s for q in f._queued for s in q.split(SEP)} | set(HOSTS)
+    scopes = {s for q in f._queued for s in queue_scopes(q)} | set(HOSTS)
     return scopes | {f"{d}#{n}" for d in ("dom.test", "other.test") for n in NAMES}
 
 
 def check(f: PartitionFrontier, now: float) -> None:
     expected: dict[str, set[str]] = {}
     for qid in f._queued:
-        if SEP in qid:
-            for scope in qid.split(SEP):
+        if is_multi(qid):
+            for scope in queue_scopes(qid):
                 expected.setdefault(scope, set()).add(qid)
     assert f._multi == expected  # the index is exactly the multi-scope queue ids, no stale entry
     for scope in every_scope(f):

@@ -1,8 +1,8 @@
 """The key-value contract of one frontier partition, and an in-memory implementation (unit
 tests, the simulator). The RocksDB implementation is ``frontier.service.rocks.RocksKV``.
 
-Keys are bytes and ordered bytewise; ``scan(prefix)`` yields in key order. Keys starting with
-``META`` (``b"\\x00"``) are local bookkeeping and never go to the changelog.
+Keys are bytes and ordered bytewise; ``scan(prefix)`` yields in key order. What the keys are
+(the layout, including the local ``META`` keys) is ``frontier.partition.keys``.
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterator
 from typing import Protocol
-
-META = b"\x00"
 
 
 class KV(Protocol):

@@ -29,17 +29,12 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
 
-from frontier.core.kv import KV, META
+from frontier.core.kv import KV
 from frontier.kafka import watermarks
+from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, MARKER_KEYS, STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.rocks import RocksKV
 
 log = logging.getLogger(__name__)
-
-CLEAN_KEY = META + b"clean-offset"  # present only while the database is closed cleanly
-CLEAN_AT_KEY = META + b"clean-at"  # wall-clock time (epoch s) of that clean close
-STANDBY_KEY = META + b"standby-offset"  # a standby copy: only changelog records, applied up to here
-STANDBY_AT_KEY = META + b"standby-at"  # every changelog record written before this time is in the copy
-MARKER_KEYS = (CLEAN_KEY, CLEAN_AT_KEY, STANDBY_KEY, STANDBY_AT_KEY)
 
 DEFAULT_DELETE_RETENTION = 24 * 3600.0  # Kafka's delete.retention.ms default, in seconds
 MAX_MARGIN = 600.0  # a copy is trusted only this much (or 10 % of the retention) short of it

@@ -30,7 +30,6 @@ from confluent_kafka import Message
 from frontier.config import Config
 from frontier.core.causes import Cause
 from frontier.core.control import control_record
-from frontier.core.kv import META
 from frontier.intake.router import Router
 from frontier.kafka import AsyncProducer, producer_conf
 from frontier.observability.metrics import FrontierMetrics, fetch_class
@@ -43,13 +42,13 @@ from frontier.observability.watch import (
     watch_scope,
 )
 from frontier.partition import Dispatch, PartitionFrontier, Refused
+from frontier.partition.keys import ACK_KEY
 from frontier.service.restore import changelog_end, close_partition, db_path, open_partition
 from frontier.service.rocks import RocksKV
 from frontier.service.standby import Standby
 from topics.schemas import ControlCommand, FeedbackBatch, Rejected, Status, UrlBatch, encode
 
 MAX_GATE_GAUGE = 100_000  # open gates tracked for the gates-active gauge; beyond, it reads this value
-ACK_KEY = META + b"ack"  # marker records closing a run of changelog writes (tombstones; never stored)
 log = logging.getLogger("frontier")
 throttle_log = logging.getLogger("frontier.throttle")
 

@@ -32,11 +32,8 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
 from frontier.kafka import watermarks
+from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.restore import (
-    CLEAN_AT_KEY,
-    CLEAN_KEY,
-    STANDBY_AT_KEY,
-    STANDBY_KEY,
     Plan,
     db_path,
     delete_retention,

@@ -26,7 +26,8 @@ import time
 from pathlib import Path
 
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
-from frontier.partition import SEP, PartitionFrontier
+from frontier.partition import PartitionFrontier
+from frontier.partition.keys import queue_scopes
 from frontier.service.rocks import RocksKV
 from tests.bench.common import parser, report, size
 from topics.schemas import UrlItem
@@ -64,7 +65,7 @@ def fill(f: PartitionFrontier, n: int, now: float) -> float:
 
 def old_scan_row(f: PartitionFrontier, scope: str) -> tuple[int, str]:
     """What scope_row did before the index: scan every queue id (kept here for comparison)."""
-    mine = [(n, q) for q, n in f._queued.items() if scope in q.split(SEP)]
+    mine = [(n, q) for q, n in f._queued.items() if scope in queue_scopes(q)]
     return sum(n for n, _ in mine), max(mine)[1] if mine else ""
 
 

@@ -20,9 +20,8 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.cimpl import NewTopic
 
 from frontier.demo.stack import wait_until
+from frontier.partition.keys import STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.restore import (
-    STANDBY_AT_KEY,
-    STANDBY_KEY,
     changelog_end,
     close_partition,
     db_path,

@@ -1,0 +1,73 @@
+"""The partition's fields and in-memory indexes (rebuilt from the store by ``rebuild``), and its
+one way to write: to the store and to the changelog. The modules beside it add the behaviour as
+mixins over these fields; ``frontier.py`` assembles them into ``PartitionFrontier``."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter, OrderedDict, defaultdict
+from dataclasses import dataclass, field
+
+from frontier.config import FrontierConfig, ThrottleConfig
+from frontier.core import policy
+from frontier.core.control import Override
+from frontier.core.kv import KV
+from frontier.core.robots import Rules, agent_token
+from frontier.core.scheduler import Scheduler
+from frontier.partition.keys import SWEEP_SLICES, QueueId
+from frontier.partition.records import ChangeHook, Changelog, Stats
+
+
+@dataclass
+class PartitionBase:
+    partition: int
+    kv: KV
+    settings: FrontierConfig
+    throttle: ThrottleConfig
+    changelog: Changelog
+    user_agent: str = "kafka-crawl-frontier"
+    on_change: ChangeHook | None = None
+    rng: random.Random = field(default_factory=random.Random)
+    stats: Stats = field(default_factory=Stats)
+
+    def __post_init__(self) -> None:
+        self._agent = agent_token(self.user_agent)
+        self._scheduler = Scheduler()  # queue ids by due time
+        self._leases: list[tuple[float, str]] = []  # (deadline, lease id), lazily pruned
+        # scope or robots:<origin> → blocked multi-scope queues. A host's own queue needs no entry:
+        # every lease that closes on a host reschedules that host's queue (see Leases._closed).
+        self._waiters: dict[str, set[QueueId]] = defaultdict(set)
+        self._queued: Counter[QueueId] = Counter()  # queue id → URLs queued
+        # scope → the multi-scope queue ids in _queued that contain it, so that a watched scope's
+        # row costs O(its queues); a single-scope queue is _queued[scope] itself
+        self._multi: dict[str, set[QueueId]] = {}
+        self._robots_pending: set[str] = set()  # origins whose robots.txt is being fetched
+        self._rules: OrderedDict[str, Rules] = OrderedDict()  # origin → rules (LRU over R<origin>)
+        self._unreported: list[str] = []  # report leases whose page is not out yet
+        self.inflight = 0
+        self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see Queues._qkey
+        # lease ids: 64 random bits per incarnation + a counter (unique without uuid4's cost)
+        self._lease_prefix = os.urandom(8).hex()
+        self._lease_seq = 0
+        self._states: OrderedDict[str, policy.ScopeState] = OrderedDict()  # LRU cache over H<scope>
+        self._saved_stats = Stats()
+        # operators' overrides by name (at most MAX_OVERRIDES); a scope finds the ones covering it
+        # by looking up its own dot-suffixes, so their number does not slow dispatch
+        self._overrides: dict[str, Override] = {}
+        self._next_revisit: float | None = None
+        # the seen-set sweep's cursor: a slice of the fingerprint space and the last key looked at
+        # in it. Not stored: each incarnation starts at a random slice, so restarts still cover
+        # the whole set (in expectation) instead of sweeping its beginning again and again.
+        self._sweep_slice = int.from_bytes(os.urandom(2), "big") % SWEEP_SLICES
+        self._sweep_after = b""
+        self._swept_at: float | None = None  # when sweep_due last ran a sweep
+
+    # -- writes (store + changelog) -------------------------------------------------------------
+    def _put(self, key: bytes, value: bytes) -> None:
+        self.kv.put(key, value)
+        self.changelog(key, value)
+
+    def _delete(self, key: bytes) -> None:
+        self.kv.delete(key)
+        self.changelog(key, None)

@@ -1,0 +1,199 @@
+"""``PartitionFrontier``: one partition's frontier, assembled from the mixins beside it, with the
+three entry points the service drives (``ingest`` URLs, ``dispatch`` what may be sent now,
+``rebuild`` after a restore) and the counters' save.
+
+Writes are ordered so that a crash between any two of them loses nothing: a URL is queued
+before it is marked seen, a lease is written before its queue entry is deleted, a re-queued
+entry is written before its lease is deleted. The worst case after a crash is a URL fetched
+twice (at least once), never a URL dropped.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+
+import msgspec
+
+from frontier.core.robots import origin, robots_url
+from frontier.intake.urls import seen_fingerprint
+from frontier.partition.keys import (
+    LEASE,
+    OVERRIDE,
+    QUEUE,
+    REVISIT,
+    STATS_KEY,
+    QueueId,
+    is_multi,
+    lease_of,
+    override_of,
+    queue_id,
+    queue_of,
+    queue_prefix,
+    queue_scopes,
+    revisit_due_ms,
+    seen_key,
+)
+from frontier.partition.leases import Leases
+from frontier.partition.records import (
+    REPORT_KINDS,
+    Dispatch,
+    Stats,
+    encoder,
+    item_dec,
+    lease_dec,
+    override_dec,
+    stats_dec,
+)
+from frontier.partition.seen import SEEN_OPEN, read_seen, seen_value
+from frontier.partition.visibility import Visibility
+from topics.schemas import UrlItem
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
+
+
+class PartitionFrontier(Leases, Visibility):
+    """One frontier partition: the seen set, per-scope-set priority queues, robots.txt, leases and
+    dispatch, over a :class:`~frontier.core.kv.KV`; every write also goes to ``changelog``."""
+
+    def ingest(self, items: Iterable[UrlItem], now: float) -> int:
+        """Queue every URL not seen before (or seen and not open, with ``recrawl``); apply
+        ``forget`` items; return how many were queued."""
+        accepted = 0
+        for item in items:
+            key = seen_key(seen_fingerprint(item))
+            if item.forget:
+                self._forget_seen(key)
+                continue
+            raw = self.kv.get(key)
+            if raw is not None:
+                if not item.recrawl or read_seen(raw)[0] == SEEN_OPEN:
+                    self.stats.duplicates += 1  # (a recrawl of an open URL: it is queued or in flight)
+                    continue
+                self.stats.recrawls += 1  # its V entry, if any, is dropped when due (no longer named)
+            if item.recrawl:
+                item = msgspec.structs.replace(item, recrawl=False)  # a command, not part of the queued URL
+            qid = queue_id(self.scopes_of(item))  # one string object per queue
+            self._enqueue(self._qkey(qid, item, now), item, now)
+            self._put(key, seen_value(SEEN_OPEN, now))
+            accepted += 1
+        self.stats.ingested += accepted
+        return accepted
+
+    def dispatch(self, now: float, limit: int = 1000) -> Dispatch:
+        """Lease the jobs that may be sent at ``now``; report URLs robots.txt disallows."""
+        out = Dispatch()
+        if self._next_revisit is not None and self._next_revisit <= now:
+            self._requeue_revisits(now)
+        while len(out.jobs) < limit and self.inflight < self.settings.max_inflight:
+            due = self._scheduler.pop_due(now)
+            if due is None:
+                break
+            qid = QueueId(due)
+            head = self.kv.first(queue_prefix(qid))
+            if head is None:
+                self._forget_queue(qid)
+                continue  # no work left: the queue leaves the heap
+            qkey, raw = head
+            item = item_dec.decode(raw)
+            scopes = queue_scopes(qid)
+            if self.settings.robots_obey:
+                site = origin(item.url)
+                rules = self._robots(site, now)
+                if rules is None:
+                    self._need_robots(qid, item, scopes, site, now, out)
+                    continue
+                if rules.unavailable and not self._robots_given_up(rules):
+                    self._scheduler.schedule(qid, self._robots_due(rules))
+                    continue
+                if rules.unavailable or not rules.allowed(item.url):
+                    if rules.unavailable:
+                        rec = rules.record
+                        error = f"robots.txt unreachable for {_duration(now - rec.failing_since)}"
+                        error += f" ({rec.failures} attempts, last: {rec.error or rec.status})"
+                        self._report(item, qkey, scopes, now, "error", error)
+                        self.stats.failed += 1
+                    else:
+                        self._report(item, qkey, scopes, now, "disallowed", "disallowed by robots.txt")
+                        self.stats.disallowed += 1
+                    self._queued[qid] -= 1
+                    self._scheduler.schedule(qid, now)
+                    continue
+            decision = self._decide(scopes, now, item.cost)
+            if decision.at is None:
+                continue  # waits for feedback on a full scope (registered as a waiter)
+            if decision.at > now + self.settings.dispatch_lead:
+                self._scheduler.schedule(qid, decision.at - self.settings.dispatch_lead)
+                continue
+            # Due now or within the lead: send it ahead with not_before = its slot, so Kafka
+            # transit is off the critical path; the worker holds it until then.
+            out.jobs.append(self._lease(item, qkey, scopes, now, not_before=max(now, decision.at)))
+            self._queued[qid] -= 1
+            self._scheduler.schedule(qid, now)
+        if self._unreported:
+            self._report_pending(out, now)
+        return out
+
+    def _need_robots(
+        self, qid: QueueId, item: UrlItem, scopes: list[str], site: str, now: float, out: Dispatch
+    ) -> None:
+        host = scopes[0]
+        if site in self._robots_pending:
+            self._waiters[f"robots:{site}"].add(qid)  # woken when that robots.txt lease closes
+            return
+        decision = self._decide(scopes, now, 0.0)  # the robots.txt request goes through the same throttling
+        if decision.at is None:
+            return
+        if decision.at > now + self.settings.dispatch_lead:
+            self._scheduler.schedule(qid, decision.at - self.settings.dispatch_lead)
+            return
+        # robots.txt redirects are followed one hop per job, each through the same throttling
+        hop = self._robots_record(site)
+        url = hop.redirect if hop is not None and hop.redirect else robots_url(item.url)
+        robots_item = UrlItem(url=url, host=host, domain=item.domain, ip=item.ip, meta={})  # ip: feedback's partition
+        self._robots_pending.add(site)
+        job = self._lease(robots_item, b"", scopes, now, kind="robots", not_before=max(now, decision.at), site=site)
+        out.jobs.append(job)
+
+    def next_wakeup(self) -> float | None:
+        """The earliest time something may happen without new input."""
+        lease = self._leases[0][0] if self._leases else None
+        # at max_inflight nothing can go out before a lease closes (feedback wakes the loop)
+        due = self._scheduler.next_time() if self.inflight < self.settings.max_inflight else None
+        times = [t for t in (due, lease, self._next_revisit) if t is not None]
+        return min(times) if times else None
+
+    # -- recovery -------------------------------------------------------------------------------
+    def rebuild(self, now: float) -> None:
+        """Rebuild the in-memory heap, counters and lease index from the store."""
+        self.__post_init__()
+        raw = self.kv.get(STATS_KEY)
+        self.stats = stats_dec.decode(raw) if raw is not None else Stats()
+        self._saved_stats = msgspec.structs.replace(self.stats)
+        for key, value in self.kv.scan(OVERRIDE):
+            self._overrides[override_of(key)] = override_dec.decode(value)
+        head = self.kv.first(REVISIT)
+        self._next_revisit = revisit_due_ms(head[0]) / 1000 if head is not None else None
+        for key, value in self.kv.scan(LEASE):
+            lease = lease_dec.decode(value)
+            if lease.kind in REPORT_KINDS:
+                self._unreported.append(lease_of(key))  # its page may never have gone out
+                continue
+            heapq.heappush(self._leases, (lease.deadline, lease_of(key)))
+            self.inflight += 1
+            if lease.kind == "robots":
+                self._robots_pending.add(lease.site or origin(lease.item.url))
+        for key, _ in self.kv.scan(QUEUE):
+            self._queued[queue_of(key)] += 1
+        for qid in self._queued:
+            self._scheduler.schedule(qid, now)
+            if is_multi(qid):
+                self._index_queue(qid)
+
+    def save_stats(self) -> None:
+        """Store the counters if they changed (the service calls this once per batch of events)."""
+        if self.stats != self._saved_stats:
+            self._put(STATS_KEY, encoder.encode(self.stats))
+            self._saved_stats = msgspec.structs.replace(self.stats)

@@ -1,0 +1,156 @@
+"""The key layout of a partition's store: every key prefix, the builders and parsers of keys, and
+:data:`QueueId`. No other module builds or takes apart a key, or joins or splits a queue id.
+
+Keys are bytes, ordered bytewise (see :class:`~frontier.core.kv.KV`). The layout is that of
+stores and changelogs written by earlier versions and must stay byte for byte:
+
+- ``S<fingerprint>``                   seen URL (canonical form), value: its state and stamp (``seen.py``)
+- ``Q<queue>\\x00<prio><seq>``          queued URL (highest priority first, FIFO within), value: UrlItem
+- ``H<scope>``                         the scope's policy state, value: ScopeState
+- ``R<origin>``                        an origin's robots.txt answer (scheme://host[:port]), value: RobotsRecord
+- ``L<lease>``                         a job in flight, or a result still to report, value: Lease
+- ``C``                                the partition's counters, value: Stats (they move with it)
+- ``O<name>``                          an operator's override of a scope name (pause, delay, concurrency)
+- ``V<due ms><fingerprint>``           a fetched URL due for a revisit at ``due``, value: UrlItem
+- ``\\x00…`` (``META``)                 local bookkeeping of the instance that holds the store, never
+  sent to the changelog: the clean-close and standby markers (``frontier.service.restore``,
+  ``frontier.service.standby``); ``ACK_KEY`` is the one META key that goes to the changelog, as a
+  tombstone closing a run of writes (``frontier.service.service``), and is never stored.
+
+``<prio>`` is 4 bytes big-endian, ``2**31 - 1 - priority`` (so the highest priority sorts first),
+``<seq>`` 8 bytes big-endian (FIFO within a priority), ``<due ms>`` 8 bytes big-endian.
+
+A queue id names the set of scopes its URLs belong to: the scopes joined by ``\\x1f`` (a byte no
+scope name may hold, see ``topics.schemas.ControlCommand``), the host's scope first. A single-scope
+queue's id is the scope itself. :data:`QueueId` is a ``NewType`` of ``str`` rather than a ``str``
+subclass: ids are interned (one string object per queue, however many structures hold it: there
+can be millions) and a subclass can neither be interned nor stored as a compact string.
+"""
+
+from __future__ import annotations
+
+import struct
+import sys
+from collections.abc import Iterable
+from typing import NewType
+
+# -- prefixes ----------------------------------------------------------------------------------------
+SEEN = b"S"
+QUEUE = b"Q"
+STATE = b"H"
+ROBOTS = b"R"
+LEASE = b"L"
+STATS_KEY = b"C"
+OVERRIDE = b"O"
+REVISIT = b"V"
+META = b"\x00"  # local bookkeeping: never goes to the changelog (ACK_KEY aside, see the module doc)
+
+CLEAN_KEY = META + b"clean-offset"  # present only while the database is closed cleanly
+CLEAN_AT_KEY = META + b"clean-at"  # wall-clock time (epoch s) of that clean close
+STANDBY_KEY = META + b"standby-offset"  # a standby copy: only changelog records, applied up to here
+STANDBY_AT_KEY = META + b"standby-at"  # every changelog record written before this time is in the copy
+MARKER_KEYS = (CLEAN_KEY, CLEAN_AT_KEY, STANDBY_KEY, STANDBY_AT_KEY)
+ACK_KEY = META + b"ack"  # marker records closing a run of changelog writes (tombstones; never stored)
+
+_END = b"\x00"  # ends a queue id in a queue key
+_DUE = struct.Struct(">Q")
+_PRIO = struct.Struct(">IQ")
+_MAX_PRIO = 2**31 - 1
+_SLICE = struct.Struct(">H")
+SWEEP_SLICES = 1 << 16  # the seen set in slices by the first two bytes of the fingerprint (the sweep's cursor)
+
+# -- queue ids ---------------------------------------------------------------------------------------
+QueueId = NewType("QueueId", str)
+SEP = "\x1f"  # between the scopes of a queue id
+
+
+def queue_id(scopes: Iterable[str]) -> QueueId:
+    """The id of the queue of URLs in exactly these scopes (the host's first), interned."""
+    return QueueId(sys.intern(SEP.join(scopes)))
+
+
+def scope_queue(scope: str) -> QueueId:
+    """The id of the queue of URLs in ``scope`` alone (a host's own queue)."""
+    return QueueId(scope)
+
+
+def queue_scopes(qid: QueueId) -> list[str]:
+    """The scopes of a queue, the host's first."""
+    return qid.split(SEP)
+
+
+def queue_host(qid: QueueId) -> str:
+    """The host (the first scope) of a queue."""
+    return qid.partition(SEP)[0]
+
+
+def is_multi(qid: QueueId) -> bool:
+    """Whether the queue's URLs are in more than one scope."""
+    return SEP in qid
+
+
+# -- builders and parsers ------------------------------------------------------------------------
+def seen_key(fingerprint: bytes) -> bytes:
+    return SEEN + fingerprint
+
+
+def seen_slice(n: int) -> bytes:
+    """The prefix of the seen entries of slice ``n`` (0 <= n < SWEEP_SLICES)."""
+    return SEEN + _SLICE.pack(n)
+
+
+def queue_prefix(qid: QueueId) -> bytes:
+    """The prefix of every entry of the queue ``qid`` (a scan yields them in dispatch order)."""
+    return QUEUE + qid.encode() + _END
+
+
+def queue_key(qid: QueueId, priority: int, seq: int) -> bytes:
+    """An entry of ``qid``: higher ``priority`` first, then lower ``seq`` (both clamped to the layout)."""
+    prio = _MAX_PRIO - max(-_MAX_PRIO, min(_MAX_PRIO, priority))
+    return queue_prefix(qid) + _PRIO.pack(prio, min(seq, 2**64 - 1))
+
+
+def queue_of(key: bytes) -> QueueId:
+    """The queue id of a queue entry's key (interned)."""
+    return QueueId(sys.intern(key[1 : key.index(_END)].decode()))
+
+
+def state_key(scope: str) -> bytes:
+    return STATE + scope.encode()
+
+
+def robots_key(site: str) -> bytes:
+    return ROBOTS + site.encode()
+
+
+def lease_key(lease_id: str) -> bytes:
+    return LEASE + lease_id.encode()
+
+
+def lease_of(key: bytes) -> str:
+    """The lease id of a lease key."""
+    return key[1:].decode()
+
+
+def override_key(name: str) -> bytes:
+    return OVERRIDE + name.encode()
+
+
+def override_of(key: bytes) -> str:
+    """The scope name of an override key."""
+    return key[1:].decode()
+
+
+def revisit_key(due_ms: int, fingerprint: bytes) -> bytes:
+    return REVISIT + _DUE.pack(due_ms) + fingerprint
+
+
+def revisit_due_ms(key: bytes) -> int:
+    """The due time (epoch ms) of a revisit key."""
+    due: int = _DUE.unpack(key[1:9])[0]
+    return due
+
+
+def revisit_seen_key(key: bytes) -> bytes:
+    """The seen key of the URL a revisit key names."""
+    return SEEN + key[9:]

@@ -1,0 +1,193 @@
+"""Leases: a job in flight (``L<lease>``) from its dispatch to its feedback or its expiry, and
+*report* leases, the final pages of URLs that end without a fetch.
+
+A URL that ends here without a fetch (disallowed by robots.txt, robots.txt unreachable for
+too long, leases lost too often) is kept as a *report* lease until its page is on
+``crawl.pages``: :meth:`Leases.reported` removes it once the page is acknowledged, and a restart
+reports it again (see ``FrontierService``). The service also publishes jobs and reports only
+after the changelog records of the same round are acknowledged, so a job in a worker's hands
+always has a recorded lease.
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import msgspec
+
+from frontier.core import policy
+from frontier.core.robots import origin
+from frontier.partition.keys import lease_key, queue_id, scope_queue
+from frontier.partition.records import REPORT_KINDS, Dispatch, Lease, Report, encoder, lease_dec
+from frontier.partition.revisits import Revisits
+from frontier.partition.robots import Robots
+from topics.schemas import Feedback, Job, Page, UrlItem
+
+
+class Leases(Robots, Revisits):
+    def _new_lease_id(self) -> str:
+        self._lease_seq += 1
+        return f"{self._lease_prefix}{self._lease_seq:x}"
+
+    def _lease(
+        self,
+        item: UrlItem,
+        qkey: bytes,
+        scopes: list[str],
+        now: float,
+        kind: str = "page",
+        not_before: float = 0.0,
+        site: str = "",
+    ) -> Job:
+        lease_id = self._new_lease_id()
+        not_before = max(now, not_before)
+        expires_at = not_before + self.settings.job_ttl
+        deadline = expires_at + self.settings.fetch_timeout + self.settings.lease_grace
+        lease = Lease(qkey=qkey, item=item, deadline=deadline, scopes=scopes, kind=kind, dispatched_at=not_before,
+                      site=site)  # fmt: skip
+        self._put(lease_key(lease_id), encoder.encode(lease))
+        if qkey:
+            self._delete(qkey)
+        u = self.rng.random()
+        for scope in scopes:
+            self._apply(scope, policy.Sent(not_before, u=u, cost=item.cost if kind == "page" else 0.0), now)
+        heapq.heappush(self._leases, (deadline, lease_id))
+        self.inflight += 1
+        self.stats.dispatched += 1
+        host_state, host_settings = self._state(scopes[0]), self.scope_settings(scopes[0])
+        return Job(
+            lease=lease_id,
+            kind=kind,
+            item=item,
+            not_before=not_before,
+            expires_at=expires_at,
+            min_gap=policy.delay(host_state, host_settings),
+            floor=policy.floor(host_state, host_settings),
+            timeout=self.settings.fetch_timeout,
+            retries_left=max(0, self.settings.max_retries - item.attempts) if kind == "page" else 0,
+        )
+
+    def feedback(self, fb: Feedback, now: float) -> bool:
+        """Apply one worker result; return False for stale feedback (lease already closed)."""
+        key = lease_key(fb.lease)
+        raw = self.kv.get(key)
+        lease = lease_dec.decode(raw) if raw is not None else None
+        if lease is None or lease.kind in REPORT_KINDS:
+            self.stats.stale_feedback += 1
+            self._late(fb, now)
+            return False
+        item = lease.item
+        if lease.kind == "robots":
+            if fb.outcome != "expired":
+                self._store_robots(lease.site or origin(item.url), item, fb, now)
+        elif fb.outcome == "expired":
+            self._enqueue(lease.qkey, item, now)  # back to where it was
+            self.stats.returned += 1
+        elif fb.outcome == "retry":
+            retry = msgspec.structs.replace(item, attempts=item.attempts + 1)
+            self._enqueue(self._qkey(queue_id(lease.scopes), retry, now), retry, now)
+            self.stats.retried += 1
+        else:
+            self.stats.completed += 1
+            if fb.outcome == "error":
+                self.stats.failed += 1
+            else:
+                self.stats.fetched += 1
+            if item.revisit > 0:
+                self._schedule_revisit(item, now)
+            else:
+                self._settle(item, now)  # before the lease goes: a crash between leaves it leased
+        event = policy.Done(sent_at=fb.sent_at, done_at=fb.done_at, dispatched_at=lease.dispatched_at, status=fb.status,
+                            latency=fb.latency, error=fb.error, headers=fb.headers, adjust=item.adjust,
+                            outcome=fb.outcome)  # fmt: skip
+        for scope in lease.scopes:
+            self._apply(scope, event, now)
+        self._delete(key)
+        self._closed(lease, now)
+        return True
+
+    def _late(self, fb: Feedback, now: float) -> None:
+        """A result whose lease was already closed (expired, lost): the slot was freed then, but
+        a request really went out and what the server answered (a gate, a 429, an outage) still
+        applies to the host, so its throttling part is applied (named scopes are not known any more)."""
+        if fb.outcome == "expired" or fb.sent_at <= 0 or not fb.host:
+            return
+        scopes = [fb.host]
+        if fb.ip:
+            scopes.append(f"ip:{fb.ip}")
+        if fb.domain and fb.domain != fb.host and fb.domain in self.throttle.scopes:
+            scopes.append(fb.domain)
+        event = policy.Done(sent_at=fb.sent_at, status=fb.status, latency=fb.latency, error=fb.error,
+                            headers=fb.headers, adjust=False, outcome=fb.outcome, late=True)  # fmt: skip
+        for scope in scopes:
+            self._apply(scope, event, now)
+
+    def _closed(self, lease: Lease, now: float) -> None:
+        self.inflight -= 1
+        if lease.kind == "robots":
+            site = lease.site or origin(lease.item.url)
+            self._robots_pending.discard(site)
+            self._wake(f"robots:{site}", now)
+        for scope in lease.scopes:
+            self._wake(scope, now)
+        self._scheduler.schedule(queue_id(lease.scopes), now)
+        self._scheduler.schedule(scope_queue(lease.scopes[0]), now)  # the host's own queue (it registers no waiters)
+
+    def expire_leases(self, now: float) -> int:
+        """Re-queue URLs whose lease deadline passed without feedback (at least once)."""
+        expired = 0
+        while self._leases and self._leases[0][0] <= now:
+            _, lease_id = heapq.heappop(self._leases)
+            key = lease_key(lease_id)
+            raw = self.kv.get(key)
+            if raw is None:
+                continue  # feedback already closed it
+            lease = lease_dec.decode(raw)
+            if lease.kind == "page":
+                # A lease can be lost again and again (a URL whose fetch kills its worker, a worker
+                # that never answers): count it as an attempt, and end with an error page.
+                item = msgspec.structs.replace(lease.item, attempts=lease.item.attempts + 1)
+                if item.attempts > self.settings.max_retries:
+                    error = f"no result from a worker after {item.attempts} leases"
+                    self._report(item, b"", lease.scopes, now, "error", error)
+                    self.stats.completed += 1
+                    self.stats.failed += 1
+                else:
+                    self._enqueue(lease.qkey, item, now)
+            for scope in lease.scopes:
+                self._apply(scope, policy.Lost(), now)
+            self._delete(key)
+            self._closed(lease, now)
+            self.stats.lost += 1
+            expired += 1
+        return expired
+
+    # -- reports: URLs that end without a fetch -----------------------------------------------------
+    def _report(self, item: UrlItem, qkey: bytes, scopes: list[str], now: float, kind: str, error: str) -> None:
+        """Replace a queue entry by a report lease; its page goes out with the next dispatch."""
+        lease_id = self._new_lease_id()
+        lease = Lease(qkey=qkey, item=item, deadline=now, scopes=scopes, kind=kind, error=error)
+        self._put(lease_key(lease_id), encoder.encode(lease))  # written before the entry goes
+        self._settle(item, now)  # its fate is decided now (the report lease holds it until published)
+        if qkey:
+            self._delete(qkey)
+        self._unreported.append(lease_id)
+
+    @staticmethod
+    def _report_page(lease: Lease, now: float) -> Page:
+        return Page(url=lease.item.url, outcome=lease.kind, error=lease.error, meta=lease.item.meta, fetched_at=now)
+
+    def _report_pending(self, out: Dispatch, now: float) -> None:
+        """Hand out the pages of new report leases, and of restored ones (a previous owner may
+        not have published them)."""
+        pending, self._unreported = self._unreported, []
+        for lease_id in pending:
+            raw = self.kv.get(lease_key(lease_id))
+            if raw is not None:
+                out.reports.append(Report(lease_id, self._report_page(lease_dec.decode(raw), now)))
+
+    def reported(self, lease_id: str) -> None:
+        """The report's page is on crawl.pages: forget the report lease."""
+        key = lease_key(lease_id)
+        if self.kv.get(key) is not None:
+            self._delete(key)

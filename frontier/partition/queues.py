@@ -1,0 +1,73 @@
+"""The queues: one per set of scopes, its entries in the store (``Q<queue>\\x00<prio><seq>``),
+its count in ``_queued``, its due time in the scheduler, and the index of multi-scope queues by
+scope (``_multi``). Entering and leaving a queue goes through here, and an operator's drop.
+
+Scopes: a job belongs to its host's scope, to its registrable domain's scope when that domain
+has settings of its own, and to any named scopes it was submitted with (``"api"``, qualified by
+the registrable domain, since scopes live in the domain's partition). Jobs with the same set of
+scopes share one queue, so a job waiting for a slow scope never holds up one that is not in it.
+"""
+
+from __future__ import annotations
+
+from frontier.core.control import covers
+from frontier.partition.keys import QueueId, is_multi, queue_key, queue_of, queue_prefix, queue_scopes
+from frontier.partition.records import encoder, item_dec
+from frontier.partition.seen import SeenSet
+from topics.schemas import UrlItem
+
+
+class Queues(SeenSet):
+    def _qkey(self, qid: QueueId, item: UrlItem, now: float) -> bytes:
+        # FIFO within a priority: the sequence is milliseconds since the epoch times 2**20, plus
+        # a counter. It never goes back within a process, survives restarts (the clock moved on),
+        # and stays within 64 bits until the year 2500 (no wrap that would flip the order).
+        self._seq = max(self._seq + 1, int(max(0.0, now) * 1000) << 20)
+        return queue_key(qid, item.priority, self._seq)
+
+    def _enqueue(self, qkey: bytes, item: UrlItem, now: float) -> None:
+        qid = queue_of(qkey)
+        self._put(qkey, encoder.encode(item))
+        if is_multi(qid) and qid not in self._queued:
+            self._index_queue(qid)
+        self._queued[qid] += 1
+        self._scheduler.schedule(qid, min(now, self._scheduler.scheduled_at(qid) or now))
+
+    def _index_queue(self, qid: QueueId) -> None:
+        """A multi-scope queue id entered ``_queued``: index it under each of its scopes."""
+        for scope in queue_scopes(qid):
+            self._multi.setdefault(scope, set()).add(qid)
+
+    def _forget_queue(self, qid: QueueId) -> None:
+        """Remove ``qid`` from ``_queued`` and from the scope index (the one way out of both)."""
+        if self._queued.pop(qid, None) is not None and is_multi(qid):
+            for scope in queue_scopes(qid):
+                queues = self._multi.get(scope)
+                if queues is not None:
+                    queues.discard(qid)
+                    if not queues:
+                        del self._multi[scope]
+
+    def _wake(self, key: str, now: float) -> None:
+        for qid in self._waiters.pop(key, ()):
+            self._scheduler.schedule(qid, now)
+
+    def _drop(self, name: str, now: float) -> int:
+        """Remove every queued URL of the queues with a scope ``name`` covers; return how many."""
+        dropped = 0
+        for qid in list(self._queued):
+            if not any(covers(name, scope) for scope in queue_scopes(qid)):
+                continue
+            for key, raw in list(self.kv.scan(queue_prefix(qid))):
+                self._settle(item_dec.decode(raw), now)  # before the entry goes (a crash: still queued)
+                self._delete(key)
+                dropped += 1
+            self._forget_queue(qid)
+        self.stats.dropped += dropped
+        return dropped
+
+    def queued_hosts(self) -> int:
+        return len(self._scheduler)
+
+    def queued(self) -> int:
+        return sum(self._queued.values())

@@ -1,0 +1,95 @@
+"""The partition's records and results: the stored ``Lease`` and ``Stats``, what a call hands
+back (``Dispatch``, ``Report``, ``Sweep``), the ``Refused`` error, the hooks' types, and the
+JSON codecs of stored values."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import msgspec
+
+from frontier.core import policy
+from frontier.core.causes import Cause
+from frontier.core.control import Override
+from frontier.core.robots import RobotsRecord
+from topics.schemas import Job, Page, UrlItem
+
+Changelog = Callable[[bytes, bytes | None], None]
+# (scope, old delay, new delay, cause text, cause class, gate until): whenever a scope's delay or gate changes
+ChangeHook = Callable[[str, float, float, str, Cause, float], None]
+
+REPORT_KINDS = ("disallowed", "error")  # report leases: a final page to publish, no fetch
+
+
+class Refused(ValueError):
+    """A command the partition will not apply; ``str(exc)`` is the reason (it goes to crawl.rejected)."""
+
+
+class Lease(msgspec.Struct, kw_only=True):
+    qkey: bytes  # where the URL sat in its queue (re-queued there if the job comes back); b"" for robots
+    item: UrlItem
+    deadline: float
+    scopes: list[str]
+    kind: str = "page"  # page | robots | disallowed | error (the last two: a report, see leases.py)
+    dispatched_at: float = 0.0  # the send time scheduled, by the frontier's clock
+    error: str = ""  # reports: why the URL ends without a fetch
+    site: str = ""  # robots: the origin whose robots.txt this is (the URL may be a redirect hop)
+
+
+class Stats(msgspec.Struct, kw_only=True):
+    """Cumulative counters of one partition, stored with it so totals survive a move to another
+    instance (per-process counters would drop whatever the previous owner counted)."""
+
+    ingested: int = 0
+    duplicates: int = 0
+    dispatched: int = 0
+    completed: int = 0
+    retried: int = 0
+    returned: int = 0  # jobs handed back unfetched (expired at the worker)
+    lost: int = 0  # leases that expired with no feedback
+    stale_feedback: int = 0
+    disallowed: int = 0
+    robots_fetched: int = 0
+    fetched: int = 0  # pages with a response (any status) as the final outcome
+    failed: int = 0  # pages that ended in a network error after their retries
+    dropped: int = 0  # queued URLs removed by an operator's drop
+    revisits: int = 0  # URLs re-queued because their revisit interval passed
+    forgotten: int = 0  # seen entries removed: aged out (seen_retention) or by a forget submission
+    recrawls: int = 0  # URLs queued again by a recrawl submission although seen
+
+
+class Sweep(NamedTuple):
+    """What one call of :meth:`PartitionFrontier.sweep_seen` did."""
+
+    looked: int  # seen entries looked at (at most the call's limit)
+    forgotten: int  # of them, deleted (aged out)
+
+
+@dataclass(frozen=True)
+class Report:
+    """A URL that ends without a fetch: publish ``page``, then call ``reported(lease)``."""
+
+    lease: str
+    page: Page
+
+
+@dataclass
+class Dispatch:
+    jobs: list[Job] = field(default_factory=list)
+    reports: list[Report] = field(default_factory=list)  # final pages of URLs never fetched
+
+    @property
+    def disallowed(self) -> list[Page]:
+        """The pages of URLs disallowed by robots.txt."""
+        return [r.page for r in self.reports if r.page.outcome == "disallowed"]
+
+
+encoder = msgspec.json.Encoder()
+item_dec = msgspec.json.Decoder(UrlItem)
+lease_dec = msgspec.json.Decoder(Lease)
+override_dec = msgspec.json.Decoder(Override)
+state_dec = msgspec.json.Decoder(policy.ScopeState)
+robots_dec = msgspec.json.Decoder(RobotsRecord)
+stats_dec = msgspec.json.Decoder(Stats)

@@ -1,0 +1,88 @@
+"""robots.txt in a partition: each origin's answer (``R<origin>``, an LRU of parsed rules over it),
+when it must be fetched again (TTL, growing retries after failures, giving up), and what a
+robots.txt response does (store it, follow a redirect hop, count failures, set the host's crawl
+delay). The rules themselves are ``frontier.core.robots``; the robots.txt job is leased by
+``PartitionFrontier.dispatch``."""
+
+from __future__ import annotations
+
+from urllib.parse import urljoin
+
+from frontier.core import policy
+from frontier.core.robots import RobotsRecord, Rules, retry_after_failures
+from frontier.partition.keys import robots_key
+from frontier.partition.records import encoder, robots_dec
+from frontier.partition.scopes import Scopes
+from topics.schemas import Feedback, UrlItem
+
+ROBOTS_CACHE = 10_000
+MAX_ROBOTS_REDIRECTS = 5
+
+
+def _join(base: str, location: str) -> str:
+    """An absolute http(s) redirect target, or "" when ``location`` is not one."""
+    try:
+        target = urljoin(base, location.strip())
+    except ValueError:
+        return ""
+    return target if target.startswith(("http://", "https://")) and len(target) <= 2048 else ""
+
+
+class Robots(Scopes):
+    def _robots(self, site: str, now: float) -> Rules | None:
+        """The origin's current rules, or None when they must be (re)fetched first."""
+        rules = self._rules.get(site)
+        if rules is None:
+            raw = self.kv.get(robots_key(site))
+            if raw is None:
+                return None
+            rules = Rules(robots_dec.decode(raw), self._agent)
+            self._rules[site] = rules
+            if len(self._rules) > ROBOTS_CACHE:
+                self._rules.popitem(last=False)
+        if rules.record.redirect:
+            return None  # half way through its redirects: the next hop is fetched first
+        return rules if now < self._robots_due(rules) else None
+
+    def _robots_due(self, rules: Rules) -> float:
+        """When the rules must be fetched again: after the TTL, or sooner (growing) after failures."""
+        rec = rules.record
+        if not rules.unavailable:
+            return rec.fetched_at + self.settings.robots_ttl
+        retry, most = self.settings.robots_retry, max(self.settings.robots_retry, self.settings.robots_retry_max)
+        return rec.fetched_at + retry_after_failures(rec.failures, retry, most)
+
+    def _robots_given_up(self, rules: Rules) -> bool:
+        rec = rules.record
+        return rules.unavailable and rec.fetched_at - rec.failing_since >= self.settings.robots_give_up
+
+    def _store_robots(self, site: str, item: UrlItem, fb: Feedback, now: float) -> None:
+        host = item.host
+        status = 0 if fb.error else fb.status
+        record = RobotsRecord(status=status, body=fb.body, fetched_at=now, error=fb.error)
+        location = fb.headers.get("location", "")
+        if 300 <= status < 400 and location:
+            before = self._robots_record(site)
+            hops = before.hops + 1 if before is not None and before.redirect == item.url else 1
+            target = _join(item.url, location)
+            if hops <= MAX_ROBOTS_REDIRECTS and target:  # RFC 9309 §2.3.1.2: follow at least five
+                record = RobotsRecord(status=status, fetched_at=now, redirect=target, hops=hops)
+        rules = Rules(record, self._agent)
+        if rules.unavailable:  # count consecutive failures: retries grow apart, and end (see _robots_given_up)
+            before = self._robots_record(site)
+            failing = before is not None and before.failures > 0
+            record.failures = before.failures + 1 if failing and before else 1
+            record.failing_since = before.failing_since if failing and before else now
+        self._put(robots_key(site), encoder.encode(record))
+        self._rules[site] = rules
+        self._rules.move_to_end(site)
+        self.stats.robots_fetched += 1
+        if not rules.unavailable and not record.redirect:
+            self._apply(host, policy.Robots(rules.delay()), now)
+
+    def _robots_record(self, site: str) -> RobotsRecord | None:
+        rules = self._rules.get(site)
+        if rules is not None:
+            return rules.record
+        raw = self.kv.get(robots_key(site))
+        return robots_dec.decode(raw) if raw is not None else None

@@ -1,0 +1,129 @@
+"""The seen set: the stored form of a seen entry, its lifecycle, and the sweep that forgets old ones.
+
+The seen set has a lifecycle (issue 13). A seen value is 5 bytes, a state and a stamp in whole
+epoch seconds (13 for a revisit: plus the due time of its ``V`` entry, in ms):
+- *open*: queued or in flight since the stamp. Never forgotten, so a URL is never queued twice
+  because its seen entry aged out while it waited (a queue held by a long pause included).
+- *done*: its fate was decided at the stamp (fetched, failed, disallowed, robots.txt given up,
+  dropped by an operator). :meth:`SeenSet.sweep_seen` forgets it ``seen_retention``
+  after the stamp: the tombstone goes to the changelog and compaction removes both, so the
+  changelog (and a restore) holds about one retention window of URLs, not the crawl's life.
+  Submitted again after that, the URL is crawled again. A duplicate does not refresh the stamp.
+- *revisit*: waiting in ``V`` for its next fetch (a standing order, never forgotten by age).
+  A ``V`` entry whose seen entry no longer names it (forgotten, or re-queued by a recrawl) is
+  dropped when due instead of re-queued, so no URL ever has two revisit chains (``revisits.py``).
+Values written before issue 13 are still read: ``b"1"`` (state unknown) is taken as *done* and
+stamped with the time the sweep first meets it, so such an entry lives one more retention
+from the upgrade (a URL still queued at the upgrade could then be queued twice if re-submitted
+after that: fetched twice at worst); ``b"<float text>"`` (a revisit URL's last fetch) is a
+*revisit* whose ``V`` entry is taken as valid whatever its due time.
+
+``recrawl`` on a submission queues the URL again unless it is open (a duplicate then: it is
+about to be fetched anyway); ``forget`` deletes a done or revisit entry (which also ends the
+revisits) and leaves an open one alone (forget it after its page is out).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from frontier.intake.urls import seen_fingerprint
+from frontier.partition.base import PartitionBase
+from frontier.partition.keys import SWEEP_SLICES, seen_key, seen_slice
+from frontier.partition.records import Sweep
+from topics.schemas import UrlItem
+
+# The seen set's lifecycle (see the module doc): a value is a state byte and a stamp.
+SEEN_LEGACY, SEEN_OPEN, SEEN_DONE, SEEN_REVISIT = 0, 1, 2, 3
+_SEEN_STAMP = struct.Struct(">BI")  # state, whole epoch seconds (unsigned: until 2106)
+_SEEN_DUE = struct.Struct(">BIQ")  # revisit: state, last fetch, due time of its V entry (ms)
+SWEEP_BATCH = 2_000  # seen entries a sweep call looks at, at most
+SWEEP_INTERVAL = 1.0  # seconds between sweep calls of a partition (sweep_due)
+SWEEP_SLICES_PER_CALL = 1_024  # slices a call may open, at most (bounds a call over a sparse set)
+
+
+def seen_value(state: int, now: float, due_ms: int = -1) -> bytes:
+    """The stored form of a seen entry: ``state`` stamped at ``now`` (whole seconds)."""
+    stamp = int(min(max(now, 0.0), 2**32 - 1))
+    if state == SEEN_REVISIT and due_ms >= 0:
+        return _SEEN_DUE.pack(state, stamp, min(due_ms, 2**64 - 1))
+    return _SEEN_STAMP.pack(state, stamp)
+
+
+def read_seen(value: bytes) -> tuple[int, float, int]:
+    """``(state, stamp, due ms)`` of a stored seen value; due is -1 when not recorded.
+
+    Values from before issue 13: ``b"1"`` is ``SEEN_LEGACY`` (no stamp); a float text (a revisit
+    URL's last fetch) is ``SEEN_REVISIT`` with an unknown due time. Anything else unreadable is
+    ``SEEN_LEGACY`` too (the sweep stamps it), never an exception.
+    """
+    if len(value) == _SEEN_STAMP.size and value[0] in (SEEN_OPEN, SEEN_DONE, SEEN_REVISIT):
+        state, stamp = _SEEN_STAMP.unpack(value)
+        return state, float(stamp), -1
+    if len(value) == _SEEN_DUE.size and value[0] == SEEN_REVISIT:
+        state, stamp, due = _SEEN_DUE.unpack(value)
+        return state, float(stamp), due
+    if value[:1].isdigit() and value != b"1":
+        try:
+            return SEEN_REVISIT, float(value), -1
+        except ValueError:
+            pass
+    return SEEN_LEGACY, -1.0, -1
+
+
+class SeenSet(PartitionBase):
+    def _settle(self, item: UrlItem, now: float) -> None:
+        """The URL's fate is decided (fetched, failed, disallowed, dropped): stamp its seen entry
+        *done*; the retention counts from here."""
+        self._put(seen_key(seen_fingerprint(item)), seen_value(SEEN_DONE, now))
+
+    def _forget_seen(self, key: bytes) -> None:
+        """A forget submission: remove the entry unless it is open (queued or in flight)."""
+        raw = self.kv.get(key)
+        if raw is None or read_seen(raw)[0] == SEEN_OPEN:
+            return
+        self._delete(key)  # a revisit's V entry is dropped when due (no longer named)
+        self.stats.forgotten += 1
+
+    def sweep_due(self, now: float) -> Sweep:
+        """Run :meth:`sweep_seen` if the last run is ``SWEEP_INTERVAL`` old (the service calls
+        this on every dispatch round)."""
+        if self._swept_at is not None and self._swept_at <= now < self._swept_at + SWEEP_INTERVAL:
+            return Sweep(0, 0)
+        self._swept_at = now
+        return self.sweep_seen(now)
+
+    def sweep_seen(self, now: float, limit: int = SWEEP_BATCH) -> Sweep:
+        """Forget *done* seen entries stamped ``seen_retention`` or more before ``now``; return
+        how many entries it looked at and forgot. Looks at ``limit`` entries at most, from a
+        cursor that wraps around, and opens ``SWEEP_SLICES_PER_CALL`` slices at most: a full
+        cycle over N entries takes at most ``N / limit + SWEEP_SLICES / SWEEP_SLICES_PER_CALL``
+        calls. Entries written before issue 13 (``b"1"``) are stamped *done* at ``now`` when
+        first met. Open and revisit entries are never forgotten by age. Pure: ``now`` is passed
+        in. An entry lives from its stamp for the retention plus, at most, one cycle."""
+        retention = self.settings.seen_retention
+        if retention <= 0 or limit <= 0:
+            return Sweep(0, 0)
+        looked = forgotten = 0
+        for _ in range(SWEEP_SLICES_PER_CALL):
+            after = self._sweep_after
+            for key, value in self.kv.scan(seen_slice(self._sweep_slice)):
+                if key <= after:
+                    continue  # looked at by an earlier call (the slice is resumed, not restarted)
+                if looked >= limit:
+                    self.stats.forgotten += forgotten
+                    return Sweep(looked, forgotten)
+                looked += 1
+                self._sweep_after = key
+                state, stamp, _ = read_seen(value)
+                if state == SEEN_DONE and now - stamp >= retention:
+                    self._delete(key)
+                    forgotten += 1
+                elif state == SEEN_LEGACY:
+                    self._put(key, seen_value(SEEN_DONE, now))
+            self._sweep_slice = (self._sweep_slice + 1) % SWEEP_SLICES
+            self._sweep_after = b""
+            if looked >= limit:
+                break
+        self.stats.forgotten += forgotten
+        return Sweep(looked, forgotten)

@@ -1,0 +1,69 @@
+"""What an operator sees of a partition: per scope, its queued URLs, its state, and why it is not
+dispatching now (status rows for ``crawl.frontier.status``, the live page and ``watch``). Reading
+only: no write, and no side effect on the scheduler or the waiters."""
+
+from __future__ import annotations
+
+import heapq
+from collections import Counter
+from operator import itemgetter
+
+from frontier.core import policy
+from frontier.core.robots import origin
+from frontier.partition.keys import QueueId, queue_prefix, queue_scopes, scope_queue
+from frontier.partition.records import item_dec
+from frontier.partition.robots import Robots
+from topics.schemas import ScopeStatus
+
+
+class Visibility(Robots):
+    def _explain(self, qid: QueueId, now: float) -> tuple[str, float | None]:
+        """Why ``qid`` is not dispatching now (no side effects: for status only)."""
+        scopes = queue_scopes(qid)
+        paused = self._paused_by(scopes) if self._overrides else None
+        if paused is not None:
+            return f"paused ({paused})", None
+        head = self.kv.first(queue_prefix(qid))
+        if self.settings.robots_obey and head is not None:
+            rules = self._robots(origin(item_dec.decode(head[1]).url), now)
+            if rules is None:
+                return "robots.txt pending", None
+            if rules.unavailable:
+                failures = rules.record.failures
+                return f"robots.txt unavailable ({failures} failure(s)): all disallowed until retry", (
+                    self._robots_due(rules)
+                )
+        d = self._decide(scopes, now, 1.0, register=False)
+        return d.reason, d.at
+
+    def scope_rows(self, now: float, top: int = 20) -> list[ScopeStatus]:
+        """Per scope, busiest first: queued, in flight, delay, gate, and why it is not dispatching."""
+        # The largest queues only (C-level scan): the cost must not grow with Python work per queue,
+        # there can be millions. A scope shared by many small queues may be under-counted.
+        queued: Counter[str] = Counter()
+        biggest: dict[str, tuple[int, QueueId]] = {}  # scope → its largest queue
+        for qid, n in heapq.nlargest(top * 4, self._queued.items(), key=itemgetter(1)):
+            for scope in queue_scopes(qid):
+                queued[scope] += n
+                if n > biggest.get(scope, (0, ""))[0]:
+                    biggest[scope] = (n, qid)
+        return [self.scope_row(scope, now, n, biggest.get(scope, (0, None))[1]) for scope, n in queued.most_common(top)]
+
+    def scope_row(self, scope: str, now: float, queued: int | None = None, qid: QueueId | None = None) -> ScopeStatus:
+        """One scope's status row (``queued`` counted over its queues when not given: its own
+        queue and the multi-scope queues the index lists for it, O(its queues), never a scan)."""
+        if queued is None:
+            mine = [(self._queued[q], q) for q in self._multi.get(scope, ())]
+            own = scope_queue(scope)
+            if own in self._queued:
+                mine.append((self._queued[own], own))
+            queued = sum(n for n, _ in mine)
+            qid = max(mine)[1] if mine else None
+        s = self.scope_settings(scope)
+        st = policy.advance(self._state(scope), now, s)
+        # an emptied queue (not popped yet) reads like no queue: nothing to explain, and no seek in the store
+        reason, at = self._explain(qid, now) if qid and queued else ("ready", None)
+        return ScopeStatus(scope=scope, queued=queued, inflight=st.inflight, delay=policy.delay(st, s),
+                           concurrency=policy.concurrency(st, s), gate_until=st.gate_until, backoff=st.backoff,
+                           reason=reason, wait_until=at, sent=st.sent_total,
+                           limit=1 / st.limit if st.limit > 0 else 0.0, cause=st.cause)  # fmt: skip
