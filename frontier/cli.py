@@ -2,8 +2,15 @@
 
 Subcommands: ``kafka up|down|status``, ``topics create``, ``submit``, ``forget``, ``pages``, ``status``,
 ``scope``, ``frontier``, ``router``, ``worker``, ``demo``. Every command takes ``--config FILE``
-(TOML; see ``frontier.config``); errors in arguments or configuration print one clear line and
-exit with status 2.
+(TOML; see ``frontier.config``) and ``--verbose``; errors in arguments or configuration print one
+clear line and exit with status 2. Every command that needs Kafka first checks that it answers:
+if not, one line ("cannot reach Kafka at ...: is `crawl-frontier kafka up` running?") and exit
+status 1 within seconds (``frontier``, ``router`` and ``worker`` wait up to 30 s for a broker
+that is starting). librdkafka's own log lines go to the ``frontier.kafka.librdkafka`` logger:
+quiet unless ``--verbose`` here, WARNING and up in the services' logs.
+
+A thin shell: submissions, pages, status and scope commands go through
+:class:`~frontier.client.FrontierClient`, the services through their ``run_*`` functions.
 """
 
 from __future__ import annotations
@@ -13,16 +20,36 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
+from frontier.client import FrontierClient, SubmitError, read_lines, submission_value
 from frontier.config import Config, ConfigError, load
+from frontier.kafka import Kafka, KafkaUnreachable
+
+__all__ = ["build_parser", "main", "submission_value"]
+
+CHECK_TIMEOUT = 3.0  # seconds a command waits for the brokers' metadata before saying they are unreachable
+SERVICE_WAIT = 30.0  # frontier, router and worker keep asking this long (a broker starting with them)
 
 
 def _config(args: argparse.Namespace) -> Config:
     return load(args.config)
+
+
+def _kafka(cfg: Config, wait: float = 0.0) -> Kafka:
+    """The configured cluster, once it answered (else :class:`KafkaUnreachable`: one line from ``main``)."""
+    kafka = Kafka(cfg.kafka.client_conf())
+    kafka.check(CHECK_TIMEOUT, wait)
+    return kafka
+
+
+def _client(args: argparse.Namespace) -> FrontierClient:
+    client = FrontierClient(_config(args))
+    client.check(CHECK_TIMEOUT)
+    return client
 
 
 def cmd_kafka(args: argparse.Namespace) -> int:
@@ -62,21 +89,22 @@ def cmd_topics(args: argparse.Namespace) -> int:
     from topics.admin import check_limits, create_all, raise_limits
 
     cfg = _config(args)
+    kafka = _kafka(cfg)
     topics = cfg.topics
     if args.partitions:
         topics = replace(topics, partitions=args.partitions)
     if args.replication:
         topics = replace(topics, replication=args.replication)
-    created = create_all(cfg.kafka.client_conf(), topics)
+    created = create_all(kafka, topics)
     for name in created:
         print(f"created {name}")
     print(f"{len(created)} topic(s) created, {topics.partitions} partitions each")
     # existing topics are left as they are: say whether they take the largest records we produce
     body = cfg.worker.max_body_bytes
     if args.raise_limits:
-        for name in raise_limits(cfg.kafka.client_conf(), topics, max_body_bytes=body):
+        for name in raise_limits(kafka, topics, max_body_bytes=body):
             print(f"raised max.message.bytes of {name}")
-    problems = check_limits(cfg.kafka.client_conf(), topics, max_body_bytes=body)
+    problems = check_limits(kafka, topics, max_body_bytes=body)
     for problem in problems:
         print(f"problem: {problem}")
     if problems:
@@ -92,31 +120,19 @@ def _read_urls(args: argparse.Namespace) -> Iterator[bytes]:
     if args.file:
         fh = sys.stdin.buffer if args.file == "-" else open(args.file, "rb")
         with fh:
-            for line in fh:
-                line = line.strip()
-                if line and not line.startswith(b"#"):
-                    yield line
+            yield from read_lines(fh)
 
 
-def submission_value(line: bytes, *, follow: int = 0, recrawl: bool = False, forget: bool = False) -> bytes:
-    """The ``crawl.urls`` record for one URL or JSON submission given on the command line or in a
-    file, with the options added. ``--follow`` applies to bare URLs only (a JSON submission says
-    its own); ``--recrawl`` and forget apply to every line, JSON objects included, so a forget
-    never goes out as a plain submission. A line that is not a JSON object goes as a URL (the
-    router rejects what is not one, with the reason)."""
-    flags = {name: True for name, on in (("recrawl", recrawl), ("forget", forget)) if on}
-    if line.startswith(b"{"):
-        if not flags:
-            return line
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            return line  # not JSON: the router rejects it
-        return json.dumps({**obj, **flags}).encode() if isinstance(obj, dict) else line
-    extra: dict[str, Any] = {"follow": follow} if follow else {}
-    if not flags and not extra:
-        return line
-    return json.dumps({"url": line.decode(errors="replace"), **extra, **flags}).encode()
+def _progress(lines: Iterable[bytes]) -> Iterator[bytes]:
+    """``lines``, with a progress line on stderr every 2 s or so on large files."""
+    count = 0
+    started = shown = time.monotonic()
+    for line in lines:
+        yield line
+        count += 1
+        if count % 1000 == 0 and time.monotonic() - shown >= 2.0:
+            shown = time.monotonic()
+            print(f"  {count} submitted ({count / (shown - started):.0f}/s)", file=sys.stderr, flush=True)
 
 
 def cmd_forget(args: argparse.Namespace) -> int:
@@ -124,102 +140,52 @@ def cmd_forget(args: argparse.Namespace) -> int:
 
 
 def cmd_submit(args: argparse.Namespace, forget: bool = False) -> int:
-    from confluent_kafka import Producer
-
-    from frontier.kafka import producer_conf
-
-    cfg = _config(args)
     if not args.urls and not args.file:
+        _config(args)  # a configuration error comes first, as before
         print("error: give URLs or --file", file=sys.stderr)
         return 2
+    client = _client(args)
     follow, recrawl = getattr(args, "follow", 0), getattr(args, "recrawl", False)
-    producer = Producer(producer_conf(cfg.kafka.client_conf(), **{"linger.ms": 20}))
-    failures: list[str] = []
-
-    def delivered(err: Any, _msg: Any) -> None:
-        if err is not None:
-            failures.append(str(err))
-
-    count = 0
-    started = shown = time.monotonic()
-    for line in _read_urls(args):
-        value = submission_value(line, follow=follow, recrawl=recrawl, forget=forget)
-        while True:
-            try:
-                producer.produce(cfg.topics.urls, value, on_delivery=delivered)
-                break
-            except BufferError:
-                producer.poll(0.1)
-        count += 1
-        if count % 1000 == 0 and time.monotonic() - shown >= 2.0:  # progress on large files
-            shown = time.monotonic()
-            print(f"  {count} submitted ({count / (shown - started):.0f}/s)", file=sys.stderr, flush=True)
-    left = producer.flush(60)
-    if left or failures:
-        print(f"error: {left} undelivered, {len(failures)} failed: {failures[:3]}", file=sys.stderr)
-        return 1
+    try:
+        count = client.submit_lines(_progress(_read_urls(args)), follow=follow, recrawl=recrawl, forget=forget)
+    except SubmitError:
+        if not client.kafka.reachable(CHECK_TIMEOUT):  # the broker went away on the way
+            raise KafkaUnreachable(client.kafka.bootstrap, "lost while submitting") from None
+        raise
     if forget:
-        print(f"sent {count} forget record(s) to {cfg.topics.urls} (applied by the instance owning each URL)")
+        print(f"sent {count} forget record(s) to {client.topics.urls} (applied by the instance owning each URL)")
     else:
-        print(f"submitted {count} record(s) to {cfg.topics.urls}")
+        print(f"submitted {count} record(s) to {client.topics.urls}")
     return 0
 
 
 def cmd_pages(args: argparse.Namespace) -> int:
-    import uuid
+    client = _client(args)
 
-    from confluent_kafka import Consumer
+    def undecodable(exc: Exception) -> None:
+        print(json.dumps({"error": str(exc)}))
 
-    from topics.schemas import Page, SchemaError, decode
-
-    cfg = _config(args)
-    consumer = Consumer(
-        {
-            **cfg.kafka.client_conf(),
-            "group.id": args.group or f"pages-{uuid.uuid4().hex}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": bool(args.group),
-        }
-    )
-    consumer.subscribe([cfg.topics.pages])
-    idle_since = time.monotonic()
-    printed = 0
+    pages = client.iter_pages(follow=args.follow, group=args.group or None, idle=args.idle, limit=args.limit,
+                              on_error=undecodable)  # fmt: skip
     try:
-        while True:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                if not args.follow and time.monotonic() - idle_since > args.idle:
-                    break
-                continue
-            if msg.error() is not None:
-                continue
-            idle_since = time.monotonic()
-            try:
-                page = decode(msg.value() or b"", Page)
-            except SchemaError as exc:
-                print(json.dumps({"error": str(exc)}))
-                continue
-            out = {k: getattr(page, k) for k in page.__struct_fields__ if k != "body"}
-            out["body_bytes"] = len(page.body)
-            if args.body:
-                out["body"] = page.body.decode("utf-8", errors="replace")
-            print(json.dumps(out), flush=True)
-            printed += 1
-            if args.limit and printed >= args.limit:
-                break
+        with closing(pages):
+            for page in pages:
+                out = {k: getattr(page, k) for k in page.__struct_fields__ if k != "body"}
+                out["body_bytes"] = len(page.body)
+                if args.body:
+                    out["body"] = page.body.decode("utf-8", errors="replace")
+                print(json.dumps(out), flush=True)
     except KeyboardInterrupt:
         pass
-    finally:
-        consumer.close()
     return 0
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from frontier.observability.status import LIVE_SECONDS, read_status, render
+    from frontier.observability.status import LIVE_SECONDS, render
 
-    cfg = _config(args)
+    client = _client(args)
     while True:
-        statuses = read_status(cfg.kafka.client_conf(), cfg.topics.status, None if args.all else LIVE_SECONDS)
+        statuses = client.statuses(None if args.all else LIVE_SECONDS)
         if args.watch:
             print("\x1b[2J\x1b[H", end="")
         print(render(statuses, args.top), flush=True)
@@ -232,7 +198,6 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_scope(args: argparse.Namespace) -> int:
-    from frontier.client import FrontierClient
     from topics.schemas import ControlCommand
 
     cmd = ControlCommand(action=args.action, scope=args.name.strip().lower(), delay=args.delay,
@@ -242,20 +207,20 @@ def cmd_scope(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    with FrontierClient(_config(args)) as client:
+    with _client(args) as client:
         client.control(cmd)
     print(f"sent: {args.action} {cmd.scope} (applied by the instance owning it; see `crawl-frontier status`)")
     return 0
 
 
-def _check_topic_limits(cfg: Config) -> None:
+def _check_topic_limits(cfg: Config, kafka: Kafka) -> None:
     """At start: warn, one clear line per topic, when a topic is missing or its
     ``max.message.bytes`` is below the largest record this process may produce on it. A warning,
     not a refusal: an operator may keep pages small on purpose (a refused page becomes an error
     page, see docs/GUARANTEES.md)."""
     from topics.admin import check_limits
 
-    problems = check_limits(cfg.kafka.client_conf(), cfg.topics, max_body_bytes=cfg.worker.max_body_bytes)
+    problems = check_limits(kafka, cfg.topics, max_body_bytes=cfg.worker.max_body_bytes)
     for problem in problems:
         print(f"warning: {problem}", file=sys.stderr)
     if problems:
@@ -270,7 +235,8 @@ def cmd_frontier(args: argparse.Namespace) -> int:
     check_exposure(cfg.frontier)  # no live page off loopback without a token: one line, exit status 2
     if args.debug_throttle:
         cfg = replace(cfg, frontier=replace(cfg.frontier, debug_throttle=True))
-    _check_topic_limits(cfg)
+    kafka = _kafka(cfg, wait=SERVICE_WAIT)
+    _check_topic_limits(cfg, kafka)
     run_frontier(cfg, loglevel=args.loglevel)
     return 0
 
@@ -285,9 +251,10 @@ def cmd_router(args: argparse.Namespace) -> int:
     cfg = _config(args)
     logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     stop = threading.Event()
+    kafka = _kafka(cfg, wait=SERVICE_WAIT)
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
-    return run_router(cfg.kafka.client_conf(), cfg.topics, router_group(cfg), stop, ip_scope=cfg.frontier.ip_scope)
+    return run_router(kafka, cfg.topics, router_group(cfg), stop, ip_scope=cfg.frontier.ip_scope)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
@@ -295,8 +262,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     cfg = _config(args)
     logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    _check_topic_limits(cfg)
-    run_worker(cfg, args.concurrency)
+    kafka = _kafka(cfg, wait=SERVICE_WAIT)
+    _check_topic_limits(cfg, kafka)
+    run_worker(cfg, args.concurrency, kafka=kafka)
     return 0
 
 
@@ -309,10 +277,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="crawl-frontier", description=__doc__.split("\n\n")[0])
     p.add_argument("--config", "-c", type=Path, default=None, help="TOML configuration file")
+    p.add_argument("--verbose", "-v", action="store_true", help="log what happens, librdkafka's lines included")
     # --config is also accepted after the subcommand (``crawl-frontier status --config x.toml``);
     # SUPPRESS keeps the value given before it when it is not repeated
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--config", "-c", type=Path, default=argparse.SUPPRESS, help="TOML configuration file")
+    common.add_argument("--verbose", "-v", action="store_true", default=argparse.SUPPRESS,
+                        help="log what happens, librdkafka's lines included")  # fmt: skip
     sub = p.add_subparsers(dest="command", required=True)
 
     def command(name: str, about: str) -> argparse.ArgumentParser:
@@ -392,11 +363,19 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.verbose and not hasattr(args, "loglevel"):  # the services configure logging themselves
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         return int(args.func(args))
     except ConfigError as exc:
         print(f"configuration error: {exc}", file=sys.stderr)
         return 2
+    except KafkaUnreachable as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    except SubmitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -15,21 +15,26 @@ Everything goes through the same topics as the CLI (``crawl.urls``, ``crawl.page
 
 from __future__ import annotations
 
+import json
 import time
-import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 import msgspec
-from confluent_kafka import Consumer, Producer
+from confluent_kafka import Producer
 
 from frontier.config import Config, load
 from frontier.core.control import control_records
-from frontier.kafka import producer_conf
-from frontier.observability.status import Overview, overview, read_status
-from topics.schemas import ControlCommand, Page, SchemaError, Submission, decode, encode
+from frontier.kafka import Kafka, KafkaUnreachable
+from frontier.observability.status import LIVE_SECONDS, Overview, overview, read_status
+from topics.schemas import ControlCommand, Page, SchemaError, Status, Submission, decode, encode
+
+__all__ = ["FrontierClient", "KafkaUnreachable", "SubmitError", "read_lines", "submission_value"]
+
+DELIVERY_TIMEOUT = 30.0  # a record Kafka has not acknowledged by then has failed (the broker went away)
+CHECK_TIMEOUT = 3.0  # the first use asks the brokers for metadata, this long at most
 
 
 class SubmitError(RuntimeError):
@@ -37,23 +42,47 @@ class SubmitError(RuntimeError):
 
 
 class FrontierClient:
-    """A typed handle on one frontier deployment (one topic prefix on one Kafka cluster)."""
+    """A typed handle on one frontier deployment (one topic prefix on one Kafka cluster).
 
-    def __init__(self, config: Config | str | Path | None = None, *, bootstrap: str | None = None) -> None:
+    ``kafka``: the connection to use (default: built from the configuration's client settings).
+    The first operation checks that Kafka answers (:meth:`check`: :class:`KafkaUnreachable`,
+    one line, within seconds); a record not acknowledged within ``delivery_timeout`` seconds
+    (default :data:`DELIVERY_TIMEOUT`) fails the submission (:class:`SubmitError`) instead of
+    waiting forever.
+    """
+
+    def __init__(
+        self,
+        config: Config | str | Path | None = None,
+        *,
+        bootstrap: str | None = None,
+        kafka: Kafka | None = None,
+        delivery_timeout: float | None = None,
+    ) -> None:
         cfg = config if isinstance(config, Config) else load(Path(config) if config is not None else None)
         if bootstrap is not None:
             cfg = cfg.with_bootstrap(bootstrap)
         self.config = cfg
         self.topics = cfg.topics
-        self._client = cfg.kafka.client_conf()
+        self.kafka = kafka if kafka is not None else Kafka(cfg.kafka.client_conf())
+        self.delivery_timeout = DELIVERY_TIMEOUT if delivery_timeout is None else delivery_timeout
+        self._checked = False
         self._producer: Producer | None = None
         self._failures: list[str] = []
+
+    def check(self, timeout: float = CHECK_TIMEOUT, wait: float = 0.0) -> None:
+        """Raise :class:`KafkaUnreachable` unless a broker answers (asked once per client)."""
+        if not self._checked:
+            self.kafka.check(timeout, wait)
+            self._checked = True
 
     # -- input ---------------------------------------------------------------------------------
     @property
     def producer(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer(producer_conf(self._client, **{"linger.ms": 20}))
+            self.check()
+            timeout_ms = int(self.delivery_timeout * 1000)
+            self._producer = self.kafka.producer(**{"linger.ms": 20, "message.timeout.ms": timeout_ms})
         return self._producer
 
     def submit(
@@ -81,7 +110,7 @@ class FrontierClient:
         """
         base = Submission(url="", priority=priority, scopes=list(scopes), meta=dict(meta or {}), follow=follow,
                           revisit=revisit, recrawl=recrawl)  # fmt: skip
-        return self._submit(base, urls, flush)
+        return self._submit((encode(msgspec.structs.replace(base, url=url)) for url in urls), flush)
 
     def forget(self, urls: Iterable[str], *, flush: bool = True) -> int:
         """Remove ``urls`` from the seen set, so that a later submission crawls them again; return
@@ -90,21 +119,37 @@ class FrontierClient:
         revisit interval ends its revisits. Goes through ``crawl.urls`` like a submission, so it
         reaches the partition owning the URL's domain; ``flush`` as for :meth:`submit`.
         """
-        return self._submit(Submission(url="", forget=True), urls, flush)
+        base = Submission(url="", forget=True)
+        return self._submit((encode(msgspec.structs.replace(base, url=url)) for url in urls), flush)
 
-    def _submit(self, base: Submission, urls: Iterable[str], flush: bool) -> int:
+    def submit_lines(
+        self, lines: Iterable[bytes], *, follow: int = 0, recrawl: bool = False, forget: bool = False,
+        flush: bool = True,
+    ) -> int:  # fmt: skip
+        """Publish lines as ``crawl-frontier submit`` takes them (arguments, or a file's lines from
+        :func:`read_lines`): each a URL or a :class:`Submission` JSON object, with the options of
+        :func:`submission_value`; return how many were published. ``flush`` as for :meth:`submit`."""
+        values = (submission_value(line, follow=follow, recrawl=recrawl, forget=forget) for line in lines)
+        return self._submit(values, flush)
+
+    def _submit(self, values: Iterable[bytes], flush: bool) -> int:
         count = 0
-        for url in urls:
-            value = encode(msgspec.structs.replace(base, url=url))
+        for value in values:
             self._produce(self.topics.urls, value)
             count += 1
         if flush:
             self.flush()
         return count
 
-    def flush(self, timeout: float = 60.0) -> None:
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until Kafka acknowledged every record produced so far (by default a little longer
+        than the delivery timeout); raise :class:`SubmitError` if any failed."""
+        timeout = self.delivery_timeout + 5.0 if timeout is None else timeout
         if self._producer is not None and self._producer.flush(timeout):
             raise SubmitError(f"records still unacknowledged after {timeout:.0f}s")
+        self._raise_failures()
+
+    def _raise_failures(self) -> None:
         if self._failures:
             failures, self._failures = self._failures, []
             raise SubmitError(f"{len(failures)} record(s) failed: {failures[:3]}")
@@ -118,21 +163,29 @@ class FrontierClient:
             try:
                 self.producer.produce(topic, value, key=key, partition=partition, on_delivery=delivered)
                 return
-            except BufferError:
+            except BufferError:  # the local queue is full: wait for deliveries, stop at the first failure
                 self.producer.poll(0.05)
+                self._raise_failures()
 
     # -- output --------------------------------------------------------------------------------
     def iter_pages(
-        self, follow: bool = True, *, group: str | None = None, idle: float = 5.0, limit: int = 0
-    ) -> Iterator[Page]:
+        self,
+        follow: bool = True,
+        *,
+        group: str | None = None,
+        idle: float = 5.0,
+        limit: int = 0,
+        on_error: Callable[[SchemaError], None] | None = None,
+    ) -> Generator[Page, None, None]:
         """Pages from ``crawl.pages``: with ``follow``, forever; else until ``idle`` quiet seconds.
 
         Without ``group`` every call reads from the beginning; with a consumer ``group``, offsets
         are committed and a restarted reader continues where it stopped (several readers in one
-        group share the pages). Undecodable records are skipped.
+        group share the pages). Undecodable records are skipped (after ``on_error``, if given).
         """
-        consumer = Consumer({**self._client, "group.id": group or f"pages-{uuid.uuid4().hex}",
-                             "auto.offset.reset": "earliest", "enable.auto.commit": group is not None})  # fmt: skip
+        self.check()
+        settings = {"auto.offset.reset": "earliest", "enable.auto.commit": group is not None}
+        consumer = self.kafka.reader("pages", settings, group=group)
         consumer.subscribe([self.topics.pages])
         quiet_since, count = time.monotonic(), 0
         try:
@@ -145,7 +198,9 @@ class FrontierClient:
                 quiet_since = time.monotonic()
                 try:
                     page = decode(msg.value() or b"", Page)
-                except SchemaError:
+                except SchemaError as exc:
+                    if on_error is not None:
+                        on_error(exc)
                     continue
                 yield page
                 count += 1
@@ -154,9 +209,14 @@ class FrontierClient:
         finally:
             consumer.close()
 
+    def statuses(self, max_age: float | None = LIVE_SECONDS) -> list[Status]:
+        """The latest snapshot of every frontier instance (None: of silent ones too)."""
+        self.check()
+        return read_status(self.kafka, self.topics.status, max_age)
+
     def status(self, top: int = 20) -> Overview:
         """Totals and the busiest scopes over every live frontier instance."""
-        return overview(read_status(self._client, self.topics.status), top)
+        return overview(self.statuses(), top)
 
     # -- control -------------------------------------------------------------------------------
     def control(self, command: ControlCommand) -> None:
@@ -193,3 +253,32 @@ class FrontierClient:
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def read_lines(fh: IO[bytes]) -> Iterator[bytes]:
+    """The submissions in a file: one per line, blank lines and ``#`` comments skipped."""
+    for line in fh:
+        line = line.strip()
+        if line and not line.startswith(b"#"):
+            yield line
+
+
+def submission_value(line: bytes, *, follow: int = 0, recrawl: bool = False, forget: bool = False) -> bytes:
+    """The ``crawl.urls`` record for one URL or JSON submission given on the command line or in a
+    file, with the options added. ``follow`` applies to bare URLs only (a JSON submission says
+    its own); ``recrawl`` and ``forget`` apply to every line, JSON objects included, so a forget
+    never goes out as a plain submission. A line that is not a JSON object goes as a URL (the
+    router rejects what is not one, with the reason)."""
+    flags = {name: True for name, on in (("recrawl", recrawl), ("forget", forget)) if on}
+    if line.startswith(b"{"):
+        if not flags:
+            return line
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            return line  # not JSON: the router rejects it
+        return json.dumps({**obj, **flags}).encode() if isinstance(obj, dict) else line
+    extra: dict[str, Any] = {"follow": follow} if follow else {}
+    if not flags and not extra:
+        return line
+    return json.dumps({"url": line.decode(errors="replace"), **extra, **flags}).encode()

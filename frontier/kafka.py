@@ -1,5 +1,15 @@
-"""Thin Kafka adapters shared by the frontier and the workers.
+"""The one place Kafka clients are made (deploy/kafka.py runs a broker; this reaches one).
 
+- :class:`Kafka`: one cluster as this process reaches it, built from the configuration's client
+  settings (``Kafka(cfg.kafka.client_conf())``); every producer, consumer and admin client of the
+  frontier, the router, the workers, the client and the CLI comes from its factory methods
+  (:meth:`~Kafka.producer`, :meth:`~Kafka.consumer`, :meth:`~Kafka.reader`, :meth:`~Kafka.admin`).
+  Components take one as an argument (default: built from the config), so a test can inject
+  another. Every client logs through :data:`LIBRDKAFKA_LOG` (a Python logger, levels mapped by
+  confluent-kafka), never straight to the terminal; the CLI keeps it quiet unless ``--verbose``.
+- :meth:`Kafka.reachable` / :meth:`Kafka.check`: one metadata request with a short timeout;
+  :class:`KafkaUnreachable` is one line, "cannot reach Kafka at <bootstrap>: is `crawl-frontier
+  kafka up` running? (<reason>)".
 - :func:`producer_conf` / :func:`consumer_conf`: client settings every component agrees on
   (murmur2 partitioner so that every client maps a key to the same partition, idempotence).
 - :class:`AsyncProducer`: a confluent-kafka producer served by a poll thread; ``send`` returns
@@ -10,14 +20,109 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeAlias
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
+LIBRDKAFKA_LOG = logging.getLogger("frontier.kafka.librdkafka")  # every client's own log lines
+# shown where logging is configured (the services: WARNING and up), silent where it is not (the CLI,
+# a script using FrontierClient) instead of Python's last-resort handler printing them to stderr
+LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+HINT = "is `crawl-frontier kafka up` running?"
+
+
+class KafkaUnreachable(ConnectionError):
+    """No answer from the brokers; the message is the one line the CLI prints."""
+
+    def __init__(self, bootstrap: str, reason: str = "") -> None:
+        super().__init__(f"cannot reach Kafka at {bootstrap}: {HINT}" + (f" ({reason})" if reason else ""))
+        self.bootstrap = bootstrap
+        self.reason = reason
+
+
+class Kafka:
+    """The client settings of one Kafka cluster, and every client made from them."""
+
+    def __init__(self, client: Mapping[str, Any], *, logger: logging.Logger = LIBRDKAFKA_LOG) -> None:
+        self.client: dict[str, Any] = dict(client)
+        self.logger = logger
+
+    @classmethod
+    def of(cls, conn: Connection) -> Kafka:
+        """``conn`` itself, or a :class:`Kafka` on those client settings."""
+        return conn if isinstance(conn, Kafka) else cls(conn)
+
+    @property
+    def bootstrap(self) -> str:
+        return str(self.client.get("bootstrap.servers", ""))
+
+    def conf(self, **extra: Any) -> dict[str, Any]:
+        """The client settings plus ``extra``, logging to the Python logger."""
+        return {**self.client, "logger": self.logger, **extra}
+
+    def producer(self, **extra: Any) -> Producer:
+        """A producer with the settings every producer of the crawl shares (:func:`producer_conf`)."""
+        return Producer(producer_conf(self.conf(), **extra))
+
+    def async_producer(self, loop: asyncio.AbstractEventLoop | None = None, **extra: Any) -> AsyncProducer:
+        return AsyncProducer(self.producer(**extra), loop)
+
+    def consumer(self, group: str, **extra: Any) -> Consumer:
+        """A member of consumer group ``group`` with the crawl's consumer settings (:func:`consumer_conf`)."""
+        return Consumer(consumer_conf(self.conf(), group, **extra))
+
+    def reader(self, purpose: str, settings: Mapping[str, Any] | None = None, *, group: str | None = None) -> Consumer:
+        """A consumer with only ``settings`` on top of the client settings, in ``group`` or else in a
+        group of its own, ``<purpose>-<random hex>`` (reads the topic for itself)."""
+        return Consumer(self.conf(**{"group.id": group or f"{purpose}-{uuid.uuid4().hex}", **(settings or {})}))
+
+    def admin(self, **extra: Any) -> AdminClient:
+        return AdminClient(self.conf(**extra))
+
+    def reachable(self, timeout: float = 3.0) -> bool:
+        try:
+            self.check(timeout)
+        except KafkaUnreachable:
+            return False
+        return True
+
+    def check(self, timeout: float = 3.0, wait: float = 0.0) -> None:
+        """Raise :class:`KafkaUnreachable` unless a broker answers a metadata request within
+        ``timeout`` seconds; ``wait``: keep asking for up to this long first (a broker starting)."""
+        deadline, waited = time.monotonic() + wait, False
+        while True:
+            errors: list[KafkaError] = []
+            admin = AdminClient(self.conf(error_cb=errors.append))
+            try:
+                admin.list_topics(timeout=timeout)
+                return
+            except KafkaException:
+                admin.poll(0)  # serves the error callbacks: the reason
+                reason = _reason(errors, timeout)
+            if time.monotonic() >= deadline:
+                raise KafkaUnreachable(self.bootstrap, reason)
+            if not waited:
+                log.warning("Kafka at %s not reachable yet (%s): waiting up to %.0f s", self.bootstrap, reason, wait)
+                waited = True
+            time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+Connection: TypeAlias = Kafka | Mapping[str, Any]  # a Kafka, or the client settings to build one from
+
+
+def _reason(errors: list[KafkaError], timeout: float) -> str:
+    """The first broker error's gist ("Connection refused"), else that nothing answered."""
+    for error in errors:
+        if error.code() != KafkaError._ALL_BROKERS_DOWN:
+            return re.sub(r"\s*\(after \d+ms in state \w+\)", "", error.str()).rsplit(": ", 1)[-1]
+    return f"no answer within {timeout:g} s"
 
 
 def producer_conf(base: Mapping[str, str], **extra: Any) -> dict[str, Any]:
@@ -103,10 +208,10 @@ class DeliveryError(RuntimeError):
 
 
 class AsyncProducer:
-    """A confluent-kafka producer usable from asyncio code."""
+    """A confluent-kafka producer (from :meth:`Kafka.producer`) usable from asyncio code."""
 
-    def __init__(self, conf: Mapping[str, Any], loop: asyncio.AbstractEventLoop | None = None) -> None:
-        self._producer = Producer(dict(conf))
+    def __init__(self, producer: Producer, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._producer = producer
         self._loop = loop or asyncio.get_running_loop()
         self._closed = threading.Event()
         self._errors: list[str] = []

@@ -37,6 +37,7 @@ PURE = (
 ALLOWED: dict[str, tuple[str, ...]] = {
     "frontier": (),  # the package's own __init__: the map, no imports
     "topics": ("topics",),
+    "topics.admin": ("topics", "frontier.kafka"),  # its admin clients, like every client, from frontier.kafka
     "frontier.config": ("topics.catalog",),
     "frontier.core": ("frontier.core", "frontier.config", "frontier.intake.urls", "topics.schemas",
                       "topics.catalog", "topics.partitioning"),  # fmt: skip

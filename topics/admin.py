@@ -1,11 +1,11 @@
 """Topics on a broker: create every topic of a crawl (idempotent) and check or raise their record
-size limits (``max.message.bytes``). The specs themselves are ``topics.catalog``."""
+size limits (``max.message.bytes``). The specs themselves are ``topics.catalog``. Its admin
+clients come from ``frontier.kafka`` like every other client (the one module of ``topics`` that may
+import it)."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
-from typing import Any
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, not in __all__
@@ -17,14 +17,14 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, not
 )
 from confluent_kafka.cimpl import NewTopic
 
+from frontier.kafka import Connection, Kafka
 from topics.catalog import ALL, COPARTITIONED, Topics, TopicSpec, needed_bytes
 
 
-def create_all(admin_conf: dict[str, str], topics: Topics, timeout: float = 30.0) -> list[str]:
+def create_all(kafka: Connection, topics: Topics, timeout: float = 30.0) -> list[str]:
     """Create every missing topic; return the names created. Existing topics are left alone,
     but a co-partitioned topic with the wrong partition count is an error."""
-    conf: dict[str, Any] = dict(admin_conf)
-    admin = AdminClient(conf)
+    admin = Kafka.of(kafka).admin()
     existing = admin.list_topics(timeout=timeout).topics
     for spec in COPARTITIONED:
         md = existing.get(topics.name(spec))
@@ -65,22 +65,22 @@ class TopicLimitError(RuntimeError):
 
 
 def check_limits(
-    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
+    kafka: Connection, topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
 ) -> list[str]:
     """Read every crawl topic's ``max.message.bytes`` from the brokers; return one clear line per
     topic that is missing or whose limit is below the largest record the crawl produces on it
     (an empty list: all is well). ``max_body_bytes`` is the workers' ``worker.max_body_bytes``
     (None: the largest the configuration allows)."""
-    problems, _ = _limits(AdminClient(dict(admin_conf)), topics, max_body_bytes, timeout)
+    problems, _ = _limits(Kafka.of(kafka).admin(), topics, max_body_bytes, timeout)
     return problems
 
 
 def raise_limits(
-    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
+    kafka: Connection, topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
 ) -> list[str]:
     """Raise ``max.message.bytes`` of every existing topic whose limit is below what the crawl
     produces to the value a new topic gets (never lowers one); return the names changed."""
-    admin = AdminClient(dict(admin_conf))
+    admin = Kafka.of(kafka).admin()
     _, low = _limits(admin, topics, max_body_bytes, timeout)
     if not low:
         return []
@@ -157,10 +157,8 @@ def _limits_once(
     return problems, low, unsure
 
 
-def ensure_limits(
-    admin_conf: Mapping[str, str], topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0
-) -> None:
+def ensure_limits(kafka: Connection, topics: Topics, max_body_bytes: int | None = None, timeout: float = 30.0) -> None:
     """:func:`check_limits`, raising :class:`TopicLimitError` with every problem if there is one."""
-    problems = check_limits(admin_conf, topics, max_body_bytes, timeout)
+    problems = check_limits(kafka, topics, max_body_bytes, timeout)
     if problems:
         raise TopicLimitError(problems)

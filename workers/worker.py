@@ -35,7 +35,7 @@ from frontier.config import Config
 from frontier.core.headers import gate_seconds
 from frontier.core.policy import with_margin
 from frontier.core.robots import MAX_ROBOTS_BYTES, agent_token
-from frontier.kafka import AsyncProducer, consumer_conf, coordinates, producer_conf
+from frontier.kafka import AsyncProducer, Kafka, coordinates
 from frontier.observability.metrics import WorkerMetrics, lag
 from topics.partitioning import partition_of
 from topics.schemas import (
@@ -160,13 +160,15 @@ class _HostGate:
 
 
 class FetchWorker:
-    def __init__(self, cfg: Config, concurrency: int | None = None, name: str | None = None) -> None:
+    def __init__(
+        self, cfg: Config, concurrency: int | None = None, name: str | None = None, kafka: Kafka | None = None
+    ) -> None:
         self.cfg = cfg
         self.topics = cfg.topics
         self.concurrency = concurrency or cfg.worker.concurrency
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"
         self.agent = agent_token(cfg.worker.user_agent)
-        self.client = cfg.kafka.client_conf()
+        self.kafka = kafka if kafka is not None else Kafka(cfg.kafka.client_conf())  # every client comes from it
         self.tracker = OffsetTracker()
         self.producer: AsyncProducer  # set by run()
         # how long a revoke waits for the jobs of the partitions it takes away; then they are cancelled
@@ -187,17 +189,14 @@ class FetchWorker:
 
     async def run(self) -> None:
         self._loop = loop = asyncio.get_running_loop()
-        self.producer = AsyncProducer(producer_conf(self.client), loop)
-        consumer = Consumer(
-            consumer_conf(
-                self.client,
-                f"{self.cfg.frontier.app_id}-workers",
-                **{
-                    "partition.assignment.strategy": "cooperative-sticky",
-                    "max.poll.interval.ms": 300000,
-                    "session.timeout.ms": 10000,  # a dead worker's partitions move on after 10 s
-                },
-            )
+        self.producer = self.kafka.async_producer(loop)
+        consumer = self.kafka.consumer(
+            f"{self.cfg.frontier.app_id}-workers",
+            **{
+                "partition.assignment.strategy": "cooperative-sticky",
+                "max.poll.interval.ms": 300000,
+                "session.timeout.ms": 10000,  # a dead worker's partitions move on after 10 s
+            },
         )
         if self.cfg.worker.metrics_port:
             start_http_server(self.cfg.worker.metrics_port, self.cfg.worker.metrics_bind, self.metrics.registry)
@@ -627,11 +626,11 @@ def _take(consumer: Consumer, most: int) -> list[Message]:
     return [first, *consumer.consume(most - 1, timeout=0)] if most > 1 else [first]
 
 
-def run_worker(cfg: Config, concurrency: int | None = None) -> None:
-    """Run a worker until SIGINT/SIGTERM."""
+def run_worker(cfg: Config, concurrency: int | None = None, kafka: Kafka | None = None) -> None:
+    """Run a worker until SIGINT/SIGTERM (its clients from ``kafka``, default: built from ``cfg``)."""
     import signal
 
-    worker = FetchWorker(cfg, concurrency)
+    worker = FetchWorker(cfg, concurrency, kafka=kafka)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -16,9 +16,8 @@ from collections import Counter
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from confluent_kafka import Producer
-
 from deploy.kafka import LocalKafka, free_port
+from frontier.client import FrontierClient
 from frontier.demo.sites import SiteFleet
 from frontier.demo.stack import Stack, TopicReader, read_pages, read_rejected
 from frontier.observability.status import read_status, render
@@ -62,12 +61,10 @@ def _summary(
 
 def _submit(stack: Stack, roots: list[str]) -> None:
     """Publish the sites' roots (with link following) and one invalid input, unkeyed, as a user would."""
-    producer = Producer(stack.client)
-    for root in roots:
-        producer.produce(stack.topics.urls, json.dumps({"url": root, "follow": 2}).encode())
-    producer.produce(stack.topics.urls, b"ftp://not-a-web-url.example/")  # shows crawl.rejected at work
-    if producer.flush(30):
-        raise RuntimeError("could not publish the demo's URLs")
+    lines = [json.dumps({"url": root, "follow": 2}).encode() for root in roots]
+    lines.append(b"ftp://not-a-web-url.example/")  # shows crawl.rejected at work
+    with FrontierClient(stack.config_path) as client:
+        client.submit_lines(lines)  # raises SubmitError unless every record is acknowledged
 
 
 def run_demo(duration: float = 60.0, sites: int = 4, pages: int = 12, linger: float = 0.0) -> int:

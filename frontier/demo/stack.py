@@ -17,6 +17,7 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
+from frontier.kafka import Connection, Kafka
 from topics.admin import create_all
 from topics.catalog import Topics
 from topics.schemas import Page, Rejected, decode
@@ -155,14 +156,9 @@ class Stack:
 class TopicReader:
     """Reads a topic from the beginning, incrementally (for tests and the demo's progress)."""
 
-    def __init__(self, client: dict[str, str], topic: str) -> None:
-        self._consumer = Consumer(
-            {
-                **client,
-                "group.id": f"reader-{uuid.uuid4().hex}",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
+    def __init__(self, client: Connection, topic: str) -> None:
+        self._consumer: Consumer = Kafka.of(client).reader(
+            "reader", {"auto.offset.reset": "earliest", "enable.auto.commit": False}
         )
         self._consumer.subscribe([topic])
 

@@ -33,15 +33,15 @@ from __future__ import annotations
 import logging
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, TypeVar
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
 from frontier.intake.addresses import Resolver
 from frontier.intake.urls import Rejection, parse_input
-from frontier.kafka import consumer_conf, coordinates, produce, producer_conf
+from frontier.kafka import Connection, Kafka, coordinates, produce
 from topics.catalog import URL_BATCH_BYTES, Topics
 from topics.partitioning import partition_of
 from topics.schemas import Rejected, UrlBatch, UrlItem, encode
@@ -241,11 +241,12 @@ def _after_failure(topics: Topics, out: Outgoing, err: KafkaError) -> list[Outgo
 
 
 class Router:
-    def __init__(self, client: Mapping[str, str], topics: Topics, group: str, *, ip_scope: bool = False) -> None:
+    def __init__(self, kafka: Connection, topics: Topics, group: str, *, ip_scope: bool = False) -> None:
         self.topics = topics
         self.resolver = Resolver() if ip_scope else None  # frontier.ip_scope: key URLs by their host's address
-        self._consumer = Consumer(consumer_conf(client, group, **{"max.poll.interval.ms": 300000}))
-        self._producer = Producer(producer_conf(client, **{"linger.ms": 5}))
+        kafka = Kafka.of(kafka)
+        self._consumer = kafka.consumer(group, **{"max.poll.interval.ms": 300000})
+        self._producer = kafka.producer(**{"linger.ms": 5})
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="router", daemon=True)
         self.routed = 0
@@ -312,11 +313,9 @@ class Router:
             raise RuntimeError(f"router could not deliver: {left} records not acknowledged within 60 s")
 
 
-def run_router(
-    client: Mapping[str, str], topics: Topics, group: str, stop: threading.Event, *, ip_scope: bool = False
-) -> int:
+def run_router(kafka: Connection, topics: Topics, group: str, stop: threading.Event, *, ip_scope: bool = False) -> int:
     """Run a router until ``stop`` is set; 1 if it failed. ``ip_scope``: ``frontier.ip_scope``."""
-    router = Router(client, topics, group, ip_scope=ip_scope)
+    router = Router(kafka, topics, group, ip_scope=ip_scope)
     router.start()
     log.info("router started: %s -> %s", topics.urls, topics.bydomain)
     while not stop.wait(0.5):

@@ -4,24 +4,22 @@ compacted ``crawl.frontier.status`` topic and render totals plus the busiest sco
 from __future__ import annotations
 
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import KafkaError, TopicPartition
 
-from frontier.kafka import watermarks
+from frontier.kafka import Connection, Kafka, watermarks
 from topics.schemas import SchemaError, ScopeStatus, Status, decode
 
 READ_TIMEOUT = 10.0  # give up reading the status topic after this long
 LIVE_SECONDS = 10.0  # no snapshot for this long (5 intervals): the instance has gone away
 
 
-def read_status(client: dict[str, Any], topic: str, max_age: float | None = LIVE_SECONDS) -> list[Status]:
+def read_status(kafka: Connection, topic: str, max_age: float | None = LIVE_SECONDS) -> list[Status]:
     """The latest snapshot of each instance (tombstones remove an instance)."""
-    consumer = Consumer({**client, "group.id": f"status-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                         "enable.partition.eof": True})  # fmt: skip
+    consumer = Kafka.of(kafka).reader("status", {"enable.auto.commit": False, "enable.partition.eof": True})
     latest: dict[bytes, Status] = {}
     try:
         _, high = watermarks(consumer, topic, 0, timeout=10)

@@ -50,7 +50,6 @@ import ipaddress
 import logging
 import threading
 import time
-import uuid
 from array import array
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
@@ -59,10 +58,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import TopicPartition
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from frontier.config import ConfigError, FrontierConfig
+from frontier.kafka import Connection, Kafka
 from frontier.observability.status import LIVE_SECONDS, overview
 from frontier.observability.watch import WATCH_SECONDS, WatchBusy, watch_scope
 from topics.schemas import SchemaError, ScopeStatus, Status, decode
@@ -245,9 +245,9 @@ class StatusHistory:
 class StatusFeed(StatusHistory):
     """Tails the status topic in a background thread into a :class:`StatusHistory`."""
 
-    def __init__(self, client: dict[str, str], topic: str, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, kafka: Connection, topic: str, clock: Callable[[], float] = time.time) -> None:
         super().__init__(clock)
-        self._consumer = Consumer({**client, "group.id": f"web-{uuid.uuid4().hex}", "enable.auto.commit": False})
+        self._consumer = Kafka.of(kafka).reader("web", {"enable.auto.commit": False})
         self._topic = topic
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="status-feed", daemon=True)
@@ -281,8 +281,8 @@ class StatusFeed(StatusHistory):
 class LagProbe:
     """Consumer lag of this instance's input partitions, read from its group's committed offsets."""
 
-    def __init__(self, client: dict[str, str], group: str) -> None:
-        self._consumer = Consumer({**client, "group.id": group, "enable.auto.commit": False})
+    def __init__(self, kafka: Connection, group: str) -> None:
+        self._consumer = Kafka.of(kafka).reader("lag", {"enable.auto.commit": False}, group=group)
 
     def measure(self, topic: str, partitions: list[int]) -> int:
         if not partitions:

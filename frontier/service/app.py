@@ -22,6 +22,7 @@ from aiohttp import web
 
 from frontier.config import Config
 from frontier.intake.router import Router
+from frontier.kafka import Kafka
 from frontier.observability.web import LagProbe, StatusFeed, build_web, check_exposure
 from frontier.service.service import FrontierService
 from topics.schemas import ControlCommand, FeedbackBatch, SchemaError, UrlBatch, decode
@@ -58,7 +59,9 @@ def router_group(cfg: Config) -> str:
     return f"{cfg.frontier.app_id}-router"
 
 
-def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
+def build_app(cfg: Config, kafka: Kafka | None = None) -> tuple[faust.App, FrontierService]:
+    """The faust app and its service; the service's own clients (changelog, jobs, restore,
+    standby, router, live page) come from ``kafka`` (default: built from the configuration)."""
     t = cfg.topics
     app = faust.App(
         cfg.frontier.app_id,
@@ -76,7 +79,7 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
         stream_buffer_maxsize=8,  # records are batches of up to 2000 URLs: 8 per partition is plenty
         producer_linger_ms=2,
     )
-    service = FrontierService(cfg)
+    service = FrontierService(cfg, kafka=kafka)
 
     def consume(topic: str, name: str, schema: type[Any], handle: Any) -> None:
         """An agent on ``topic``: decode and validate each record, hand it to ``handle``; a record
@@ -112,7 +115,7 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
     app.on_partitions_revoked.connect(cast(Any, revoked))
 
     router = (
-        Router(cfg.kafka.client_conf(), t, group=router_group(cfg), ip_scope=cfg.frontier.ip_scope)
+        Router(service.kafka, t, group=router_group(cfg), ip_scope=cfg.frontier.ip_scope)
         if cfg.frontier.embedded_router
         else None
     )
@@ -122,7 +125,7 @@ def build_app(cfg: Config) -> tuple[faust.App, FrontierService]:
         if router is not None:
             router.start()
         runner = await start_web(cfg, service) if cfg.frontier.web_port else None
-        probe = LagProbe(cfg.kafka.client_conf(), cfg.frontier.app_id)
+        probe = LagProbe(service.kafka, cfg.frontier.app_id)
         loop_task = asyncio.ensure_future(service.dispatch_loop())
         last_lag = 0.0
         try:
@@ -161,7 +164,7 @@ async def start_web(cfg: Config, service: FrontierService) -> web.AppRunner:
     """The live page, JSON API and /metrics on ``frontier.web_bind:web_port`` (never off
     loopback without ``frontier.web_token``: ConfigError)."""
     check_exposure(cfg.frontier)
-    feed = StatusFeed(cfg.kafka.client_conf(), cfg.topics.status)
+    feed = StatusFeed(service.kafka, cfg.topics.status)
     feed.start()
     app = build_web(feed, service, cfg.frontier.web_token)
     app.on_cleanup.append(lambda _app: asyncio.to_thread(feed.stop))

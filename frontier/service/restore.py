@@ -21,16 +21,14 @@ from __future__ import annotations
 import logging
 import math
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, ResourceType  # type: ignore[attr-defined]
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartition
+from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
 from frontier.core.kv import KV
-from frontier.kafka import watermarks
+from frontier.kafka import Connection, Kafka, watermarks
 from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, MARKER_KEYS, STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.rocks import RocksKV
 
@@ -117,10 +115,10 @@ def encode_time(t: float) -> bytes:
     return repr(float(t)).encode()
 
 
-def delete_retention(client_conf: dict[str, Any], topic: str, timeout: float = 10.0) -> float:
+def delete_retention(client_conf: Connection, topic: str, timeout: float = 10.0) -> float:
     """The topic's ``delete.retention.ms`` in seconds; 24 h (Kafka's default) if unreadable."""
     try:
-        admin = AdminClient(dict(client_conf))
+        admin = Kafka.of(client_conf).admin()
         resource = ConfigResource(ResourceType.TOPIC, topic)
         futures = admin.describe_configs([resource], request_timeout=timeout)
         entries = futures[resource].result(timeout=timeout + 5)
@@ -132,7 +130,7 @@ def delete_retention(client_conf: dict[str, Any], topic: str, timeout: float = 1
 
 def open_partition(
     path: Path,
-    client_conf: dict[str, Any],
+    client_conf: Connection,
     topic: str,
     partition: int,
     now: float | None = None,
@@ -170,16 +168,10 @@ def open_partition(
     return kv, replayed
 
 
-def replay(kv: RocksKV, client_conf: dict[str, Any], topic: str, partition: int, start: int) -> int:
+def replay(kv: RocksKV, client_conf: Connection, topic: str, partition: int, start: int) -> int:
     """Apply changelog records from ``start`` up to the current end of the partition."""
-    consumer = Consumer(
-        {
-            **client_conf,
-            "group.id": f"restore-{uuid.uuid4().hex}",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-        }
+    consumer = Kafka.of(client_conf).reader(
+        "restore", {"enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"}
     )
     try:
         low, high = watermarks(consumer, topic, partition)
@@ -223,15 +215,15 @@ def close_partition(kv: RocksKV, last_offset: int, now: float | None = None) -> 
     kv.close()
 
 
-def changelog_watermarks(client_conf: dict[str, Any], topic: str, partition: int) -> tuple[int, int]:
+def changelog_watermarks(client_conf: Connection, topic: str, partition: int) -> tuple[int, int]:
     """(low, high) offsets of the changelog partition."""
-    consumer = Consumer({**client_conf, "group.id": f"restore-{uuid.uuid4().hex}"})
+    consumer = Kafka.of(client_conf).reader("restore")
     try:
         return watermarks(consumer, topic, partition)
     finally:
         consumer.close()
 
 
-def changelog_end(client_conf: dict[str, Any], topic: str, partition: int) -> int:
+def changelog_end(client_conf: Connection, topic: str, partition: int) -> int:
     """The offset of the last record in the changelog partition (-1 when empty)."""
     return changelog_watermarks(client_conf, topic, partition)[1] - 1

@@ -31,7 +31,7 @@ from frontier.config import Config
 from frontier.core.causes import Cause
 from frontier.core.control import control_record
 from frontier.intake.router import Router
-from frontier.kafka import AsyncProducer, producer_conf
+from frontier.kafka import AsyncProducer, Kafka
 from frontier.observability.metrics import FrontierMetrics, fetch_class
 from frontier.observability.watch import (
     MAX_WATCH_SENT,
@@ -70,11 +70,11 @@ def _ack_all(events: tuple[Ackable, ...]) -> None:
 
 
 class FrontierService:
-    def __init__(self, cfg: Config, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, cfg: Config, clock: Callable[[], float] = time.time, kafka: Kafka | None = None) -> None:
         self.cfg = cfg
         self.topics = cfg.topics
         self.clock = clock
-        self.client = cfg.kafka.client_conf()
+        self.kafka = kafka if kafka is not None else Kafka(cfg.kafka.client_conf())  # every client comes from it
         self._owned: dict[int, _Owned] = {}
         self._ready: dict[int, asyncio.Event] = defaultdict(asyncio.Event)
         self._restoring: dict[int, asyncio.Task[None]] = {}
@@ -93,12 +93,12 @@ class FrontierService:
         self.pages_per_s = 0.0
         self.standby: Standby | None = None
         if cfg.frontier.standby_replicas:
-            self.standby = Standby(self.client, self.topics.state, cfg.frontier.state_dir, cfg.frontier.app_id)
+            self.standby = Standby(self.kafka, self.topics.state, cfg.frontier.state_dir, cfg.frontier.app_id)
 
     @property
     def producer(self) -> AsyncProducer:
         if self._producer is None:
-            self._producer = AsyncProducer(producer_conf(self.client))
+            self._producer = self.kafka.async_producer()
         return self._producer
 
     # -- partition lifecycle -----------------------------------------------------------------
@@ -116,7 +116,7 @@ class FrontierService:
             await asyncio.to_thread(self.standby.release, p)  # its warm copy becomes the active store
         path = db_path(self.cfg.frontier.state_dir, self.cfg.frontier.app_id, p)
         try:
-            kv, replayed = await asyncio.to_thread(open_partition, path, self.client, self.topics.state, p)
+            kv, replayed = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p)
         except Exception:
             log.exception("restoring partition %d failed", p)
             raise
@@ -143,7 +143,7 @@ class FrontierService:
             if owned is None:
                 continue
             await self.producer.flush()
-            end = await asyncio.to_thread(changelog_end, self.client, self.topics.state, p)
+            end = await asyncio.to_thread(changelog_end, self.kafka, self.topics.state, p)
             close_partition(owned.kv, end)
             log.info("partition %d closed cleanly at changelog offset %d", p, end)
             if self.standby is not None and self.running:

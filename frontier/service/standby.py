@@ -23,15 +23,13 @@ import math
 import queue
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from frontier.kafka import watermarks
+from frontier.kafka import Connection, Kafka, watermarks
 from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.restore import (
     Plan,
@@ -60,7 +58,7 @@ class _Probe:
 class Standby:
     def __init__(
         self,
-        client: dict[str, Any],
+        client: Connection,
         topic: str,
         state_dir: str,
         app_id: str,
@@ -68,7 +66,7 @@ class Standby:
         retention: float | None = None,
         probe_interval: float = PROBE_INTERVAL,
     ) -> None:
-        self._client = client
+        self._client = Kafka.of(client)
         self._topic = topic
         self._state_dir = state_dir
         self._app_id = app_id
@@ -111,8 +109,7 @@ class Standby:
 
     # -- the thread ---------------------------------------------------------------------------------
     def _run(self) -> None:
-        consumer = Consumer({**self._client, "group.id": f"standby-{uuid.uuid4().hex}", "enable.auto.commit": False,
-                             "auto.offset.reset": "earliest"})  # fmt: skip
+        consumer = self._client.reader("standby", {"enable.auto.commit": False, "auto.offset.reset": "earliest"})
         try:
             while not self._stop.is_set():
                 self._handle_control(consumer)
