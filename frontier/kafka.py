@@ -95,23 +95,33 @@ class Kafka:
 
     def check(self, timeout: float = 3.0, wait: float = 0.0) -> None:
         """Raise :class:`KafkaUnreachable` unless a broker answers a metadata request within
-        ``timeout`` seconds; ``wait``: keep asking for up to this long first (a broker starting)."""
+        ``timeout`` seconds (sooner once every bootstrap broker refused or did not resolve);
+        ``wait``: keep asking for up to this long first (a broker starting)."""
         deadline, waited = time.monotonic() + wait, False
         while True:
-            errors: list[KafkaError] = []
-            admin = AdminClient(self.conf(error_cb=errors.append))
-            try:
-                admin.list_topics(timeout=timeout)
+            reason = self._ask(timeout)
+            if reason is None:
                 return
-            except KafkaException:
-                admin.poll(0)  # serves the error callbacks: the reason
-                reason = _reason(errors, timeout)
             if time.monotonic() >= deadline:
                 raise KafkaUnreachable(self.bootstrap, reason)
             if not waited:
                 log.warning("Kafka at %s not reachable yet (%s): waiting up to %.0f s", self.bootstrap, reason, wait)
                 waited = True
             time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+    def _ask(self, timeout: float) -> str | None:
+        """One metadata request, asked again in short slices: None if answered, else why not."""
+        errors: list[KafkaError] = []
+        admin = AdminClient(self.conf(error_cb=errors.append))
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                admin.list_topics(timeout=max(0.05, min(0.5, end - time.monotonic())))
+                return None
+            except KafkaException:
+                admin.poll(0)  # serves the error callbacks: the reason
+            if time.monotonic() >= end or any(e.code() == KafkaError._ALL_BROKERS_DOWN for e in errors):
+                return _reason(errors, timeout)
 
 
 Connection: TypeAlias = Kafka | Mapping[str, Any]  # a Kafka, or the client settings to build one from
@@ -121,7 +131,11 @@ def _reason(errors: list[KafkaError], timeout: float) -> str:
     """The first broker error's gist ("Connection refused"), else that nothing answered."""
     for error in errors:
         if error.code() != KafkaError._ALL_BROKERS_DOWN:
-            return re.sub(r"\s*\(after \d+ms in state \w+\)", "", error.str()).rsplit(": ", 1)[-1]
+            text = re.sub(r"\s*\(after \d+ms in state \w+\)", "", error.str())
+            text = re.sub(r"^\S+/(bootstrap|\d+): ", "", text)  # "127.0.0.1:1/bootstrap: "
+            if "Invalid response size" in text:
+                return "something other than a Kafka broker answered"
+            return text.partition("failed: ")[2] or text  # "Connect to ipv4#... failed: Connection refused"
     return f"no answer within {timeout:g} s"
 
 
