@@ -239,7 +239,7 @@ def cmd_frontier(args: argparse.Namespace) -> int:
         cfg = replace(cfg, frontier=replace(cfg.frontier, debug_throttle=True))
     kafka = _kafka(cfg, wait=SERVICE_WAIT)
     _check_topic_limits(cfg, kafka)
-    run_frontier(cfg, loglevel=args.loglevel)
+    run_frontier(cfg, loglevel=args.loglevel, kafka=kafka)
     return 0
 
 

@@ -175,9 +175,9 @@ async def start_web(cfg: Config, service: FrontierService) -> web.AppRunner:
     return runner
 
 
-def run_frontier(cfg: Config, loglevel: str = "info") -> None:
-    """Run a frontier process until SIGINT/SIGTERM."""
+def run_frontier(cfg: Config, loglevel: str = "info", kafka: Kafka | None = None) -> None:
+    """Run a frontier process until SIGINT/SIGTERM (its own clients from ``kafka``, see :func:`build_app`)."""
     Path(cfg.frontier.state_dir, "faust").mkdir(parents=True, exist_ok=True)
-    app, _ = build_app(cfg)
+    app, _ = build_app(cfg, kafka)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()
