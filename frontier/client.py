@@ -23,7 +23,7 @@ from types import TracebackType
 from typing import IO, Any
 
 import msgspec
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from frontier.config import Config, load
 from frontier.core.control import control_records
@@ -212,7 +212,12 @@ class FrontierClient:
     def statuses(self, max_age: float | None = LIVE_SECONDS) -> list[Status]:
         """The latest snapshot of every frontier instance (None: of silent ones too)."""
         self.check()
-        return read_status(self.kafka, self.topics.status, max_age)
+        try:
+            return read_status(self.kafka, self.topics.status, max_age)
+        except KafkaException:
+            if not self.kafka.reachable(CHECK_TIMEOUT):  # the broker went away since the check
+                raise KafkaUnreachable(self.kafka.bootstrap, "lost while reading the status") from None
+            raise
 
     def status(self, top: int = 20) -> Overview:
         """Totals and the busiest scopes over every live frontier instance."""

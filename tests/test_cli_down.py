@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from frontier import cli
 from frontier import client as client_module
@@ -222,3 +223,14 @@ def test_the_cli_submit_goes_through_the_client(
     assert [value for _, value in kafka.made.records] == [b'{"url": "http://a.test/", "follow": 1}',
                                                           b'{"url": "http://b.test/", "follow": 1}']  # fmt: skip
     assert "submitted 2 record(s)" in capsys.readouterr().out
+
+
+def test_status_says_so_when_the_broker_goes_away_after_the_check(monkeypatch: pytest.MonkeyPatch) -> None:
+    def gone(*_args: Any, **_kwargs: Any) -> Any:
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "watermarks not available"))
+
+    Flaky.checks = 0
+    client = FrontierClient(Config(), kafka=Flaky({"bootstrap.servers": DOWN}))
+    monkeypatch.setattr(client_module, "read_status", gone)
+    with pytest.raises(KafkaUnreachable, match="lost while reading the status"):
+        client.statuses()
