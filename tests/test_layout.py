@@ -39,21 +39,48 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "topics": ("topics",),
     "topics.admin": ("topics", "frontier.kafka"),  # its admin clients, like every client, from frontier.kafka
     "frontier.config": ("topics.catalog",),
-    "frontier.core": ("frontier.core", "frontier.config", "frontier.intake.urls", "topics.schemas",
-                      "topics.catalog", "topics.partitioning"),  # fmt: skip
+    "frontier.core": (
+        "frontier.core",
+        "frontier.config",
+        "frontier.intake.urls",
+        "topics.schemas",
+        "topics.catalog",
+        "topics.partitioning",
+    ),
     "frontier.partition": ("frontier.core", "frontier.config", "frontier.intake.urls", "topics.schemas"),
     "frontier.intake": ("frontier.intake", "frontier.core", "frontier.config", "frontier.kafka", "topics"),
     "frontier.kafka": ("topics",),
-    "frontier.observability": ("frontier.observability", "frontier.core", "frontier.config", "frontier.kafka",
-                               "frontier.intake.urls", "topics"),  # fmt: skip
-    "frontier.service": ("frontier.service", "frontier.core", "frontier.config", "frontier.partition",
-                         "frontier.intake", "frontier.kafka", "frontier.observability", "topics"),  # fmt: skip
+    "frontier.observability": (
+        "frontier.observability",
+        "frontier.core",
+        "frontier.config",
+        "frontier.kafka",
+        "frontier.intake.urls",
+        "topics",
+    ),
+    "frontier.service": (
+        "frontier.service",
+        "frontier.core",
+        "frontier.config",
+        "frontier.partition",
+        "frontier.intake",
+        "frontier.kafka",
+        "frontier.observability",
+        "topics",
+    ),
     "frontier.sim": ("frontier.sim", "frontier.core", "frontier.config", "topics.schemas"),
     "frontier.demo": OURS,
     "frontier.cli": OURS,
     "frontier.client": ("frontier.config", "frontier.core", "frontier.kafka", "frontier.observability", "topics"),
-    "workers": ("workers", "frontier.core", "frontier.config", "frontier.kafka", "frontier.intake.urls",
-                "frontier.observability.metrics", "topics"),  # fmt: skip
+    "workers": (
+        "workers",
+        "frontier.core",
+        "frontier.config",
+        "frontier.kafka",
+        "frontier.intake.urls",
+        "frontier.observability.metrics",
+        "topics",
+    ),
     "deploy": ("deploy",),
 }
 
@@ -115,4 +142,7 @@ def test_a_breach_would_be_caught(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("from frontier.service.rocks import RocksKV\nfrom frontier import partition\n")
     _, allowed = rule_for("frontier.core.policy")
-    assert [n for n in sorted(imports_of(bad)) if not covered(n, allowed)] == ["frontier.partition", "frontier.service.rocks"]
+    assert [n for n in sorted(imports_of(bad)) if not covered(n, allowed)] == [
+        "frontier.partition",
+        "frontier.service.rocks",
+    ]
