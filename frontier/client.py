@@ -28,7 +28,8 @@ from confluent_kafka import KafkaException, Producer
 from frontier.config import Config, load
 from frontier.core.control import control_records
 from frontier.kafka import Kafka, KafkaUnreachable
-from frontier.observability.status import LIVE_SECONDS, Overview, overview, read_status
+from frontier.observability.feed import read_status
+from frontier.observability.status import LIVE_SECONDS, Overview, overview
 from topics.schemas import ControlCommand, Page, SchemaError, Status, Submission, decode, encode
 
 __all__ = ["FrontierClient", "KafkaUnreachable", "SubmitError", "read_lines", "submission_value"]

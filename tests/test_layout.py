@@ -26,6 +26,8 @@ PURE = (
     "frontier.intake.urls",
     "frontier.intake.addresses",
     "frontier.observability.watch",
+    "frontier.observability.history",
+    "frontier.observability.status",
     "frontier.config",
     "frontier.sim.engine",
     "topics.schemas",

@@ -5,8 +5,8 @@ import time
 
 import msgspec
 
+from frontier.observability.history import StatusHistory
 from frontier.observability.status import overview, render
-from frontier.observability.web import StatusHistory
 from topics.schemas import ScopeStatus, Status, encode
 
 

@@ -22,15 +22,7 @@ from frontier.cli import main
 from frontier.config import Config, ConfigError, FrontierConfig
 from frontier.core.control import control_record
 from frontier.core.kv import MemoryKV
-from frontier.observability.watch import (
-    MAX_WATCH_SENT,
-    MAX_WATCHED,
-    WATCH_RESEND,
-    WATCH_SECONDS,
-    WatchBusy,
-    watch_scope,
-)
-from frontier.observability.web import (
+from frontier.observability.history import (
     HISTORY_BOUND_BYTES,
     HISTORY_POINTS,
     HISTORY_SCOPES,
@@ -39,9 +31,16 @@ from frontier.observability.web import (
     MAX_TEXTS,
     OVERFLOW_TEXT,
     StatusHistory,
-    build_web,
-    check_exposure,
 )
+from frontier.observability.watch import (
+    MAX_WATCH_SENT,
+    MAX_WATCHED,
+    WATCH_RESEND,
+    WATCH_SECONDS,
+    WatchBusy,
+    watch_scope,
+)
+from frontier.observability.web import build_web, check_exposure
 from frontier.partition import PartitionFrontier
 from frontier.service.service import FrontierService, _Owned
 from topics.schemas import ControlCommand, Rejected, ScopeStatus, Status, UrlItem, decode, encode

@@ -8,49 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from confluent_kafka import KafkaError, TopicPartition
 
-from frontier.kafka import Connection, Kafka, watermarks
-from topics.schemas import SchemaError, ScopeStatus, Status, decode
+from topics.schemas import ScopeStatus, Status
 
-READ_TIMEOUT = 10.0  # give up reading the status topic after this long
 LIVE_SECONDS = 10.0  # no snapshot for this long (5 intervals): the instance has gone away
-
-
-def read_status(kafka: Connection, topic: str, max_age: float | None = LIVE_SECONDS) -> list[Status]:
-    """The latest snapshot of each instance (tombstones remove an instance)."""
-    consumer = Kafka.of(kafka).reader("status", {"enable.auto.commit": False, "enable.partition.eof": True})
-    latest: dict[bytes, Status] = {}
-    try:
-        _, high = watermarks(consumer, topic, 0, timeout=10)
-        if high <= 0:
-            return []
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        done = False
-        deadline = time.monotonic() + READ_TIMEOUT
-        while not done and time.monotonic() < deadline:
-            # short waits: consume() holds a partial batch for its whole timeout, and the tail of
-            # the topic is always a partial batch (a 2 s timeout made every read take 2 s)
-            msgs = consumer.consume(1000, timeout=0.05)
-            for msg in msgs:
-                err = msg.error()
-                if err is not None:
-                    done = done or err.code() == KafkaError._PARTITION_EOF
-                    continue
-                key, value = msg.key() or b"", msg.value()
-                if value is None:
-                    latest.pop(key, None)
-                else:
-                    try:
-                        latest[key] = decode(value, Status)
-                    except SchemaError:
-                        continue
-                if (msg.offset() or 0) >= high - 1:
-                    done = True
-    finally:
-        consumer.close()
-    now = time.time()
-    return [s for s in latest.values() if max_age is None or now - s.at <= max_age]
 
 
 # A dispatch decision's reason word (frontier.core.policy.decide, frontier.partition) as a sentence;

@@ -23,7 +23,8 @@ from aiohttp import web
 from frontier.config import Config
 from frontier.intake.router import Router
 from frontier.kafka import Kafka
-from frontier.observability.web import LagProbe, StatusFeed, build_web, check_exposure
+from frontier.observability.feed import LagProbe, StatusFeed
+from frontier.observability.web import build_web, check_exposure
 from frontier.service.service import FrontierService
 from topics.schemas import ControlCommand, FeedbackBatch, SchemaError, UrlBatch, decode
 

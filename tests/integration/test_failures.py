@@ -13,7 +13,7 @@ from confluent_kafka import Consumer
 from frontier.demo.sites import SiteFleet
 from frontier.demo.stack import Stack, wait_until
 from frontier.kafka import watermarks
-from frontier.observability.status import read_status
+from frontier.observability.feed import read_status
 from tests.integration.helpers import Pages, crawling, longest_silence_after, politeness_failures, submit
 from topics.partitioning import partition_for
 
