@@ -18,7 +18,8 @@ from frontier.core.robots import RobotsRecord
 from frontier.partition import PartitionFrontier
 from frontier.partition import robots as robots_module
 from frontier.partition import scopes as scopes_module
-from frontier.service.service import MAX_GATE_GAUGE, FrontierService
+from frontier.service.reporting import MAX_GATE_GAUGE
+from frontier.service.service import FrontierService
 from topics.schemas import Feedback
 
 HOSTS = 1_000_000

@@ -329,7 +329,8 @@ def test_cli_records_carry_the_flags_and_decode_as_submissions() -> None:
 async def test_the_service_dispatch_loop_sweeps_and_closes_the_tombstones_with_a_marker() -> None:
     from frontier.config import Config
     from frontier.partition.keys import ACK_KEY
-    from frontier.service.service import FrontierService, _Owned
+    from frontier.service.owned import _Owned
+    from frontier.service.service import FrontierService
     from tests.test_service_protocol import Recorder
 
     clock = [RETENTION + 10.0]

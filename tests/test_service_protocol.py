@@ -24,7 +24,8 @@ from frontier.intake.urls import parse_input
 from frontier.partition import PartitionFrontier
 from frontier.partition import scopes as scopes_module
 from frontier.partition.keys import ACK_KEY
-from frontier.service.service import FrontierService, _Owned
+from frontier.service.owned import _Owned
+from frontier.service.service import FrontierService
 from topics.schemas import ControlCommand, Feedback, FeedbackBatch, Job, Page, Rejected, decode
 
 

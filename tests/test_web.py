@@ -42,7 +42,8 @@ from frontier.observability.watch import (
 )
 from frontier.observability.web import build_web, check_exposure
 from frontier.partition import PartitionFrontier
-from frontier.service.service import FrontierService, _Owned
+from frontier.service.owned import _Owned
+from frontier.service.service import FrontierService
 from topics.schemas import ControlCommand, Rejected, ScopeStatus, Status, UrlItem, decode, encode
 
 TOKEN = "s3cret-token-0123456789"

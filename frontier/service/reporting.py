@@ -1,0 +1,167 @@
+"""What a frontier instance reports: status snapshots on ``crawl.frontier.status`` (totals, the
+busiest scopes, and the scopes a live page watches), the totals the Prometheus gauges read, and
+the open-gates gauge fed by every scope's delay change. A mixin of
+:class:`~frontier.service.service.FrontierService` (the attributes below are set there).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from frontier.config import Config
+from frontier.core.causes import Cause
+from frontier.core.control import control_record
+from frontier.intake.router import Router
+from frontier.kafka import AsyncProducer
+from frontier.observability.metrics import FrontierMetrics
+from frontier.observability.watch import (
+    MAX_WATCH_SENT,
+    MAX_WATCHED,
+    WATCH_RESEND,
+    WATCH_SECONDS,
+    WatchBusy,
+    watch_scope,
+)
+from frontier.service.owned import _Owned
+from topics.catalog import Topics
+from topics.schemas import ControlCommand, Status, encode
+
+MAX_GATE_GAUGE = 100_000  # open gates tracked for the gates-active gauge; beyond, it reads this value
+throttle_log = logging.getLogger("frontier.throttle")
+
+
+class Reporting:
+    cfg: Config
+    topics: Topics
+    clock: Callable[[], float]
+    instance: str
+    metrics: FrontierMetrics
+    router: Router | None
+    rejected: int
+    watched: dict[str, float]
+    _watch_sent: dict[str, float]
+    _owned: dict[int, _Owned]
+    _gates: dict[str, float]
+    _gates_pruned: float
+    _rate_mark: tuple[float, int]
+    pages_per_s: float
+
+    @property
+    def producer(self) -> AsyncProducer:
+        raise NotImplementedError
+
+    def _delay_changed(self, scope: str, old: float, new: float, cause: str, kind: Cause, gate_until: float) -> None:
+        self.metrics.delay_changes.labels(kind.value or Cause.OTHER.value).inc()
+        now = self.clock()
+        if gate_until > now:
+            if len(self._gates) >= MAX_GATE_GAUGE and scope not in self._gates and now - self._gates_pruned >= 1.0:
+                self._prune_gates(now)  # full: make room from ended gates (at most once a second)
+            if len(self._gates) < MAX_GATE_GAUGE or scope in self._gates:
+                self._gates[scope] = gate_until  # else the gauge saturates at MAX_GATE_GAUGE
+        level = logging.INFO if self.cfg.frontier.debug_throttle else logging.DEBUG
+        throttle_log.log(level, "scope %s delay %.3f -> %.3f: %s", scope, old, new, cause)
+
+    def watch(self, scope: str) -> bool:
+        """Ask the instance owning ``scope`` (maybe this one) to report it in its snapshots for
+        WATCH_SECONDS. The scope is checked first (:func:`watch_scope`; ValueError with the reason,
+        nothing stored or sent). Return False when it was asked for less than WATCH_RESEND ago
+        (nothing sent); raise :class:`WatchBusy` when MAX_WATCH_SENT other scopes were."""
+        scope = watch_scope(scope)
+        now = self.clock()
+        last = self._watch_sent.get(scope)
+        if last is not None and 0 <= now - last < WATCH_RESEND:
+            return False
+        if last is None and len(self._watch_sent) >= MAX_WATCH_SENT:
+            self._prune_watches(now)
+            if len(self._watch_sent) >= MAX_WATCH_SENT:
+                raise WatchBusy(f"{MAX_WATCH_SENT} scopes asked for in the last {WATCH_RESEND:.0f} s: try again later")
+        cmd = ControlCommand(action="watch", scope=scope)
+        key, value, _ = control_record(cmd, self.topics.partitions)
+        for target in self._watch_partitions(scope) or range(self.topics.partitions):
+            self.producer.send_nowait(self.topics.control, value, key=key, partition=target)
+        self._watch_sent[scope] = now
+        return True
+
+    def _watch_partitions(self, scope: str) -> set[int] | None:
+        """The partition holding ``scope`` (its domain's, or an ``ip:`` scope's address's), or None
+        for any: with ``frontier.ip_scope`` URLs are keyed by their address."""
+        if self.cfg.frontier.ip_scope and not scope.startswith("ip:"):
+            return None
+        return {control_record(ControlCommand(action="watch", scope=scope), self.topics.partitions)[2]}
+
+    def _add_watch(self, scope: str, now: float) -> None:
+        """Report ``scope`` until now + WATCH_SECONDS. At MAX_WATCHED, expired entries make room,
+        else the one that would expire first: a full map never stops new watches."""
+        if scope not in self.watched and len(self.watched) >= MAX_WATCHED:
+            self._prune_watches(now)
+            if len(self.watched) >= MAX_WATCHED:
+                del self.watched[min(self.watched, key=self.watched.__getitem__)]
+        self.watched[scope] = now + WATCH_SECONDS
+
+    def _prune_watches(self, now: float) -> None:
+        """Drop expired watches and asks older than WATCH_RESEND (every status snapshot)."""
+        self.watched = {s: until for s, until in self.watched.items() if now < until <= now + WATCH_SECONDS}
+        self._watch_sent = {s: at for s, at in self._watch_sent.items() if 0 <= now - at < WATCH_RESEND}
+
+    def status(self, now: float, top: int = 20) -> Status:
+        """This instance's view: totals and the busiest scopes of every owned partition."""
+        rows = [row for owned in self._owned.values() for row in owned.frontier.scope_rows(now, top)]
+        rows.sort(key=lambda r: (-r.queued, r.scope))
+        rows = rows[:top]
+        listed = {r.scope for r in rows}
+        self._prune_watches(now)
+        for scope in sorted(set(self.watched) - listed):  # scopes someone is charting on a live page
+            # O(the scope's queues) each (the partition's watch index), never a scan of all queues
+            targets = self._watch_partitions(scope)
+            if targets is not None:
+                owned = self._owned.get(min(targets))
+                if owned is not None:
+                    rows.append(owned.frontier.scope_row(scope, now))
+                continue
+            for owned in self._owned.values():  # ip_scope: the partitions where it has work
+                row = owned.frontier.scope_row(scope, now)
+                if row.queued or row.inflight:
+                    rows.append(row)
+        totals = self.stats()
+        totals["rejected"] = self.rejected + (self.router.rejected if self.router is not None else 0)
+        mark_at, mark_done = self._rate_mark
+        elapsed = time.monotonic() - mark_at
+        if elapsed >= 5.0:  # pages/s over the last 5+ seconds of this instance's partitions
+            done = totals.get("completed", 0) + totals.get("disallowed", 0)
+            self.pages_per_s = max(0.0, (done - mark_done) / elapsed)
+            self._rate_mark = (time.monotonic(), done)
+        totals["pages_per_s"] = round(self.pages_per_s)
+        return Status(instance=self.instance, at=now, partitions=sorted(self._owned), totals=totals,
+                      scopes=rows)  # fmt: skip
+
+    def publish_status(self, now: float) -> None:
+        self._prune_gates(now)  # every status interval, not only when Prometheus scrapes
+        self.producer.send_nowait(self.topics.status, encode(self.status(now)), key=self.instance.encode())
+
+    def _prune_gates(self, now: float) -> None:
+        self._gates = {scope: until for scope, until in self._gates.items() if until > now}
+        self._gates_pruned = now
+
+    def stats(self) -> dict[str, Any]:
+        totals: dict[str, int] = defaultdict(int)
+        for owned in self._owned.values():
+            for k, v in msgspec.structs.asdict(owned.frontier.stats).items():
+                totals[k] += v
+            totals["inflight"] += owned.frontier.inflight
+            totals["hosts_due"] += owned.frontier.queued_hosts()
+            totals["queued"] += owned.frontier.queued()
+        totals["partitions"] = len(self._owned)
+        return dict(totals)
+
+    def metric_totals(self) -> dict[str, int]:
+        """What the Prometheus gauges read at scrape time."""
+        totals = self.stats()
+        self._prune_gates(self.clock())
+        totals["gates_active"] = len(self._gates)
+        return totals
