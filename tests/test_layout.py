@@ -22,6 +22,7 @@ PURE = (
     "frontier.core.policy",
     "frontier.core.robots",
     "frontier.core.scheduler",
+    "frontier.core.state",
     "frontier.partition",
     "frontier.intake.urls",
     "frontier.intake.addresses",

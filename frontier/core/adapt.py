@@ -35,7 +35,7 @@ from frontier.config import ScopeSettings
 from frontier.core.causes import Cause
 
 if TYPE_CHECKING:
-    from frontier.core.policy import ScopeState
+    from frontier.core.state import ScopeState
 
 NEAR = 0.03  # settle this much above the learned limit interval
 RECOVER = 0.35  # share of the excess above the target removed by each success

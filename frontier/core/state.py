@@ -1,0 +1,108 @@
+"""A scope's throttling state and the events that move it: immutable values, stored as JSON in
+the partition (``H<scope>``; fields are only ever added, with defaults, so stored states decode),
+and the decision :func:`frontier.core.policy.decide` returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+
+from frontier.core.causes import Cause
+
+
+class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """What the policy remembers about one scope."""
+
+    inflight: int = 0
+    last_sent: float = -1.0  # latest known request send (< 0: never)
+    jitter_u: float = 0.5  # uniform [0, 1) draw for the gap after last_sent
+    at_delay: float = -1.0  # AutoThrottle delay (< 0: not started yet)
+    backoff: float = 0.0  # adaptation delay from limit signals (0: none), see frontier.core.adapt
+    backoff_step_at: float = -1.0  # when adaptation last stepped up (incident boundary; < 0: never)
+    limit: float = 0.0  # learned limit: the sending interval at the last limit signal (0: none known)
+    near: int = 0  # successes at the target since the last probe step
+    near_at: float = -1.0  # when the current probe step began (< 0: not settled yet)
+    probes: int = 0  # probe steps taken since the last limit signal
+    trouble: float = 0.0  # probe interval while the server is in trouble (0: no outage)
+    returned: int = -1  # sends since an outage ended (-1: none recent); trouble this soon is overload
+    gap: float = -1.0  # EWMA of real send gaps (< 0: not measured yet)
+    sig_sent: float = -1.0  # dispatch time of the request that brought the last limit signal
+    sig_ok: int = 0  # successes since that signal (the limit's rate is sig_ok over the time between two)
+    last_end: float = -1.0  # when the latest response ended (server-stated floors are timed from it)
+    unsafe: float = 0.0  # rampup: a delay known to trigger
+    gate_until: float = 0.0  # hard gate from the server
+    gate_cause: str = ""
+    robots_delay: float = 0.0  # Crawl-delay / Request-rate, already capped
+    quota_start: float = -1.0  # start of the current quota window (< 0: none yet)
+    quota_used: float = 0.0
+    srv_remaining: int = -1  # RateLimit remaining > 0 told by the server (-1: none)
+    srv_until: float = 0.0
+    srv_spread: float = 0.0  # seconds between requests to spread the published budget
+    srv_lo: float = 0.0  # the published window ends after this...
+    srv_hi: float = 0.0  # ...and no later than this (narrowed by each answer of the same window)
+    srv_seen: int = -1  # the remaining count last published
+    ru_delay: float = -1.0  # rampup's delay (< 0: the configured delay)
+    ru_concurrency: int = 0  # rampup's concurrency (0: the configured concurrency)
+    ru_window_start: float = -1.0
+    ru_triggers: int = 0
+    ru_sent: int = 0
+    paused: bool = False
+    cause: str = ""  # why the delay last changed, for people
+    cause_kind: Cause = Cause.NONE  # ...and its class, for code (metrics, status)
+    sent_total: int = 0  # requests sent, ever (for request rates in status and charts)
+
+
+class Sent(msgspec.Struct, frozen=True):
+    """A job was dispatched at ``at``; ``u`` is a uniform [0, 1) draw for the jitter of the next gap."""
+
+    at: float
+    u: float = 0.5
+    cost: float = 1.0
+
+
+class Done(msgspec.Struct, frozen=True, kw_only=True):
+    """A dispatched job came back. ``sent_at`` is when the worker really sent it (0: never sent),
+    by the worker's clock; ``dispatched_at`` is the send time the frontier scheduled, by its own
+    clock (what incidents are told apart by: the two clocks may disagree).
+
+    ``late``: the job's lease had already been closed (expired, or lost and re-queued) when this
+    result came in. The slot was freed then, so ``inflight`` is not touched again, but what the
+    server said (its gates, a 429, an outage) still counts: it was said about this scope.
+    """
+
+    sent_at: float = 0.0
+    done_at: float = 0.0  # when the response ended, by the worker's clock (0: unknown)
+    dispatched_at: float = 0.0
+    status: int = 0
+    latency: float = 0.0
+    error: str = ""
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    adjust: bool = True  # False: this response must not move the AutoThrottle delay
+    outcome: str = "fetched"  # "expired": handed back unfetched
+    late: bool = False
+
+
+class Lost(msgspec.Struct, frozen=True):
+    """A lease expired with no feedback (worker died or lagged): the slot is freed."""
+
+
+class Robots(msgspec.Struct, frozen=True):
+    """robots.txt was read: ``delay`` is its Crawl-delay / Request-rate interval (0: none)."""
+
+    delay: float
+
+
+class Pause(msgspec.Struct, frozen=True):
+    paused: bool
+
+
+Event = Sent | Done | Lost | Robots | Pause
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """When the scope may send next. ``at`` is None when only feedback (or resume) can free it."""
+
+    at: float | None
+    reason: str  # ready | delay | backoff | gate | quota | ratelimit | concurrency | paused
