@@ -16,10 +16,11 @@ The delay of a scope is the largest of:
   spread (RateLimit / X-RateLimit ``reset / remaining``).
 
 Separately from the delay, a scope may be **gated** (Retry-After / RateLimit: no request at
-all until a time that adaptation never shortens), **quota**-limited, **paused**, or full
+all until a time that adaptation never shortens), **quota**-limited, or full
 (``concurrency`` requests in flight). Server-stated intervals (Crawl-delay, Request-rate) are
 a **floor** timed from the end of the previous response, with a margin (§9); jitter never
-shortens a gap below it. Gates end with the same margin.
+shortens a gap below it. Gates end with the same margin. (Pausing is an operator's override,
+checked by the partition before it asks: :mod:`frontier.core.control`.)
 
 The state and the events are :mod:`frontier.core.state` (re-exported here).
 """
@@ -32,31 +33,31 @@ from frontier.config import ScopeSettings
 from frontier.core import adapt
 from frontier.core.causes import Cause
 from frontier.core.headers import RateLimit, gate_seconds, ratelimit
-from frontier.core.state import (
-    Decision as Decision,
-)
-from frontier.core.state import (
-    Done as Done,
-)
-from frontier.core.state import (
-    Event as Event,
-)
-from frontier.core.state import (
-    Lost as Lost,
-)
-from frontier.core.state import (
-    Pause as Pause,
-)
-from frontier.core.state import (
-    Robots as Robots,
-)
-from frontier.core.state import (
-    ScopeState as ScopeState,
-)
-from frontier.core.state import (
-    Sent as Sent,
-)
+from frontier.core.state import Decision, Done, Event, Lost, Robots, ScopeState, Sent
 from topics.schemas import NETWORK_ERRORS
+
+# the state and its events are part of this module's interface (callers write ``policy.Sent(...)``)
+__all__ = [
+    "MARGIN",
+    "Decision",
+    "Done",
+    "Event",
+    "Lost",
+    "Robots",
+    "ScopeState",
+    "Sent",
+    "advance",
+    "apply",
+    "autothrottle",
+    "base_delay",
+    "concurrency",
+    "current_at_delay",
+    "decide",
+    "delay",
+    "floor",
+    "jitter_factor",
+    "with_margin",
+]
 
 _EPS = 1e-9
 MARGIN = (0.02, 0.02)  # server-stated intervals and windows are kept with 2 % + 20 ms to spare (§9)
@@ -212,8 +213,6 @@ def apply(state: ScopeState, event: Event, now: float, s: ScopeSettings) -> Scop
         elif d:
             cause, kind = f"robots.txt delay {d:.2f}", Cause.ROBOTS
         return rep(state, robots_delay=d, cause=cause, cause_kind=kind)
-    if isinstance(event, Pause):
-        return rep(state, paused=event.paused)
     return _done(state, event, now, s)
 
 
@@ -304,8 +303,6 @@ def _narrowed(state: ScopeState, rl: RateLimit, now: float) -> tuple[float, floa
 def decide(state: ScopeState, now: float, s: ScopeSettings, cost: float = 1.0) -> Decision:
     """May the scope send a job of ``cost`` at ``now``? If not, when (or whether only feedback can tell)?"""
     state = advance(state, now, s)
-    if state.paused:
-        return Decision(None, "paused")
     if state.inflight >= concurrency(state, s):
         return Decision(None, "concurrency")
     if state.gate_until > now:

@@ -47,7 +47,6 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     ru_window_start: float = -1.0
     ru_triggers: int = 0
     ru_sent: int = 0
-    paused: bool = False
     cause: str = ""  # why the delay last changed, for people
     cause_kind: Cause = Cause.NONE  # ...and its class, for code (metrics, status)
     sent_total: int = 0  # requests sent, ever (for request rates in status and charts)
@@ -93,11 +92,7 @@ class Robots(msgspec.Struct, frozen=True):
     delay: float
 
 
-class Pause(msgspec.Struct, frozen=True):
-    paused: bool
-
-
-Event = Sent | Done | Lost | Robots | Pause
+Event = Sent | Done | Lost | Robots
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,4 +100,4 @@ class Decision:
     """When the scope may send next. ``at`` is None when only feedback (or resume) can free it."""
 
     at: float | None
-    reason: str  # ready | delay | backoff | gate | quota | ratelimit | concurrency | paused
+    reason: str  # ready | delay | floor | backoff | trouble | gate | quota | ratelimit | concurrency
