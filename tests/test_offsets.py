@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.worker import OffsetTracker
+from workers.offsets import OffsetTracker
 
 T = "crawl.jobs"
 

@@ -13,7 +13,8 @@ from aiohttp import web
 
 from tests.test_worker_jobs import FakeProducer, make_worker, message, poll, serving
 from topics.schemas import Job, UrlItem
-from workers.worker import FetchWorker, _HostGate
+from workers.gates import _HostGate
+from workers.worker import FetchWorker
 
 HOST = "127.0.0.96"
 

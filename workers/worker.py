@@ -13,6 +13,10 @@ be published, no feedback is sent and the lease expires (the job comes back). An
 between the fetch and the feedback ends in an "error" result, never in silence. The job's
 offset is committed only after everything it produced is acknowledged. Any number of workers
 may run at once.
+
+Over ~300 lines on purpose, for now: this is the one loop that the worker API of issue 14 takes
+apart (taking leased jobs and holding them to their slot, the fetch, publishing and committing);
+its per-host gate is :mod:`workers.gates` and its offset tracking :mod:`workers.offsets`.
 """
 
 from __future__ import annotations
@@ -52,6 +56,8 @@ from topics.schemas import (
 )
 from workers.fetch import FetchResult, fetch, is_retryable, send_tracer, throttle_headers
 from workers.followups import follow_ups, page_headers
+from workers.gates import _HostGate
+from workers.offsets import OffsetTracker
 from workers.safety import AddressPolicy, SafeConnector
 
 log = logging.getLogger("worker")
@@ -59,104 +65,6 @@ log = logging.getLogger("worker")
 FEEDBACK_LINGER = 0.02  # seconds a feedback batch may wait for company
 GATE_IDLE = 600.0  # a host's gate is forgotten after this long without a request (or twice the fetch timeout)
 GATE_PRUNE_EVERY = 60.0  # seconds between two sweeps
-
-
-class OffsetTracker:
-    """Per partition: which consumed offsets are still being worked on; what is safe to commit."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._open: dict[tuple[str, int], set[int]] = defaultdict(set)
-        self._next: dict[tuple[str, int], int] = {}
-
-    def started(self, topic: str, partition: int, offset: int) -> None:
-        with self._lock:
-            self._open[(topic, partition)].add(offset)
-            self._next[(topic, partition)] = max(self._next.get((topic, partition), 0), offset + 1)
-
-    def finished(self, topic: str, partition: int, offset: int) -> None:
-        with self._lock:
-            self._open[(topic, partition)].discard(offset)
-
-    def open_count(self, tps: set[tuple[str, int]] | None = None) -> int:
-        with self._lock:
-            return sum(len(v) for k, v in self._open.items() if tps is None or k in tps)
-
-    def commit_points(self, tps: set[tuple[str, int]] | None = None) -> list[TopicPartition]:
-        with self._lock:
-            out = []
-            for key, nxt in self._next.items():
-                if tps is not None and key not in tps:
-                    continue
-                pending = self._open.get(key)
-                out.append(TopicPartition(key[0], key[1], min(pending) if pending else nxt))
-            return out
-
-    def forget(self, tps: set[tuple[str, int]]) -> None:
-        with self._lock:
-            for key in tps:
-                self._open.pop(key, None)
-                self._next.pop(key, None)
-
-
-def _set_event() -> asyncio.Event:
-    event = asyncio.Event()
-    event.set()
-    return event
-
-
-class _HostGate:
-    """One host's local timing, as seen by this worker.
-
-    Cheap while idle (one small slotted object per host ever seen until :meth:`FetchWorker.prune_gates`
-    forgets it): the lock and the event exist only while a job of the host is using the gate
-    (``users`` > 0, from taking it to the end of its fetch) and are dropped when the last one leaves.
-    A fresh lock is unlocked and a fresh event is set, which is what an idle gate's were.
-    """
-
-    __slots__ = ("_idle", "_lock", "closed_until", "last_end", "last_sent", "users")
-
-    def __init__(self) -> None:
-        self.last_sent = 0.0
-        # A window the host announced (Retry-After, RateLimit remaining=0), by this worker's clock: jobs
-        # of the host this worker holds are not sent inside it, even those the frontier dispatched
-        # before it heard of it (THROTTLING.md v2 §4).
-        self.closed_until = 0.0
-        self.last_end = 0.0  # when the host's latest response ended (server-stated floors count from here)
-        self.users = 0  # jobs between taking this gate and the end of their fetch
-        self._lock: asyncio.Lock | None = None
-        self._idle: asyncio.Event | None = None
-
-    @property
-    def lock(self) -> asyncio.Lock:
-        """Held by the job that is timing its send."""
-        if self._lock is None:
-            self._lock = asyncio.Lock()
-        return self._lock
-
-    @property
-    def idle(self) -> asyncio.Event:
-        """Set when no request of this host is between its slot and its send."""
-        if self._idle is None:
-            self._idle = _set_event()
-        return self._idle
-
-    def busy(self) -> bool:
-        """A job uses the gate, holds its lock, or has a request between slot and send."""
-        return (
-            self.users > 0
-            or (self._lock is not None and self._lock.locked())
-            or (self._idle is not None and not self._idle.is_set())
-        )
-
-    def enter(self) -> None:
-        self.users += 1
-
-    def leave(self) -> None:
-        """A job is done with the gate; the last one out drops the lock and the event."""
-        self.users -= 1
-        if not self.busy():
-            self._lock = self._idle = None
 
 
 class FetchWorker:
