@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from frontier.demo.stack import Stack
-from frontier.observability.status import read_status
+from frontier.observability.feed import read_status
 from tests.bench.common import broker, parser, produce_urls, report, wait_total
 
 FRONTIER = {"status_interval": 2.0, "max_inflight": 1}
