@@ -149,3 +149,26 @@ def test_a_breach_would_be_caught(tmp_path: Path) -> None:
         "frontier.partition",
         "frontier.service.rocks",
     ]
+
+
+def test_every_import_of_ours_resolves() -> None:
+    """Also in tests, benchmarks and imports inside functions (which mypy does not see in tests/):
+    a module moved or a name renamed leaves no stale import behind."""
+    import importlib
+
+    stale = []
+    for path in [p for top in (*OURS, "tests") for p in (ROOT / top).rglob("*.py")]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                continue
+            if node.module.split(".")[0] not in (*OURS, "tests"):
+                continue
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                if alias.name == "*" or hasattr(module, alias.name):
+                    continue
+                try:
+                    importlib.import_module(f"{node.module}.{alias.name}")
+                except ImportError:
+                    stale.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{alias.name}")
+    assert not stale, "\n".join(stale)
