@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
+import re
 from functools import lru_cache
 from urllib.parse import urlsplit
 
@@ -42,6 +43,7 @@ from w3lib.url import canonicalize_url, safe_url_string
 from topics.schemas import Submission, UrlItem
 
 MAX_URL_LENGTH = 2048
+_SPACE = re.compile(r"\s")
 MAX_INPUT_BYTES = 64 * 1024
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_SCOPES = 8  # distinct named scopes per URL
@@ -191,16 +193,30 @@ def seen_fingerprint(item: UrlItem) -> bytes:
     return url_fingerprint(item.canonical or item.url)
 
 
-def as_given(url: str) -> str:
+def as_given(url: str, host: str | None = None) -> str:
     """The URL to fetch: as the user gave it, only made safe to send (fragment removed, unsafe
-    characters percent-encoded, host in IDNA). Query arguments keep their order and spelling:
-    ``?b=2&a=1`` and ``?print`` may be different pages from ``?a=1&b=2`` and ``?print=``, and a
-    robots.txt rule like ``Disallow: /*?sort=`` must see the URL the server will see."""
+    characters percent-encoded, host in IDNA, an IP address in its plain form). Query arguments
+    keep their order and spelling: ``?b=2&a=1`` and ``?print`` may be different pages from
+    ``?a=1&b=2`` and ``?print=``, and a robots.txt rule like ``Disallow: /*?sort=`` must see the
+    URL the server will see. ``host``: the host's one spelling when already known
+    (:func:`canonicalize`); a name needs no rewriting, so the URL is not parsed again."""
     try:
         safe = safe_url_string(url.strip())
     except (ValueError, UnicodeError) as exc:
         raise Rejection(f"unparseable url: {exc}") from None
     safe = safe.split("#", 1)[0]
+    # in its one spelling, a host is an address when it has a colon (IPv6) or ends in a digit
+    # (names that do are rejected or read as IPv4 by normal_host)
+    if host is None or ":" in host or host[-1:].isdigit():
+        safe = _plain_address(safe)
+    if len(safe) > MAX_URL_LENGTH:
+        raise Rejection(f"url too long after encoding ({len(safe)} chars)")
+    return safe
+
+
+def _plain_address(safe: str) -> str:
+    """``safe`` with an IP literal host written in its plain form (numeric IPv4 forms as dotted
+    decimal, IPv6 compressed); any other host as it is."""
     try:
         parts = urlsplit(safe)
         hostname, port = parts.hostname or "", parts.port
@@ -209,10 +225,8 @@ def as_given(url: str) -> str:
     if hostname:
         host = normal_host(hostname)
         netloc = _netloc(host, port)
-        if (":" in host or _is_ipv4(host)) and netloc != parts.netloc:  # an IP literal: its plain form
-            safe = parts._replace(netloc=netloc).geturl()
-    if len(safe) > MAX_URL_LENGTH:
-        raise Rejection(f"url too long after encoding ({len(safe)} chars)")
+        if (":" in host or _is_ipv4(host)) and netloc != parts.netloc:
+            return parts._replace(netloc=netloc).geturl()
     return safe
 
 
@@ -243,7 +257,7 @@ def valid_scopes(scopes: list[str]) -> list[str]:
 
 def item_from_submission(sub: Submission) -> UrlItem:
     canonical, host = canonicalize(sub.url)
-    given = as_given(sub.url)
+    given = as_given(sub.url, host)
     scopes = valid_scopes(sub.scopes)
     if not (sub.cost >= 0 and sub.cost < 1e12):
         raise Rejection("invalid cost")
@@ -293,6 +307,6 @@ def parse_input(raw: bytes | None) -> UrlItem:
         url = text.decode("utf-8")
     except UnicodeDecodeError:
         raise Rejection("not UTF-8") from None
-    if any(c.isspace() for c in url):
+    if _SPACE.search(url):
         raise Rejection("whitespace inside url")
     return item_from_submission(Submission(url=url))
