@@ -338,3 +338,12 @@ def test_duplicate_scopes_make_one_queue(scopes: list[str]) -> None:
     [item] = [i for b in routed_items([json.dumps({"url": "http://a.test/", "scopes": scopes}).encode()], None)
               .values() for i in b]  # fmt: skip
     assert f.scopes_of(item) == ["a.test", *(f"a.test#{s}" for s in sorted(set(scopes)))]
+
+
+def test_commands_on_an_address_scope_use_the_routers_spelling() -> None:
+    """ip:2001:0DB8::0:1, ip:[2001:db8::1] and ip:2001:db8::1 are one scope in one partition (the
+    router's key), not three names nothing has."""
+    canonical = control_record(ControlCommand(action="pause", scope="ip:2001:db8::1"), 12)
+    for spelled in ("ip:2001:0db8:0:0:0:0:0:1", "ip:[2001:db8::1]", "ip:2001:DB8::1"):
+        key, value, partition = control_record(ControlCommand(action="pause", scope=spelled), 12)
+        assert (key, partition) == (canonical[0], canonical[2]) and b'"ip:2001:db8::1"' in value

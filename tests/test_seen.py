@@ -354,3 +354,19 @@ async def test_the_service_dispatch_loop_sweeps_and_closes_the_tombstones_with_a
     tombstone = sent.index((old, None))
     assert (ACK_KEY, None) in sent[tombstone:]  # the round's marker closes it (acknowledged like any write)
     assert svc.stats()["forgotten"] == 1  # in the status totals
+
+
+def test_a_lease_restored_after_a_crash_between_done_and_its_deletion_is_open_again() -> None:
+    """feedback stamps the URL done, then deletes its lease; a crash between the two restores the
+    lease with a done entry. When that lease expires the URL is queued again and must be open:
+    else a recrawl would queue it twice, or the sweep forget it while it waits."""
+    log = Log()
+    f = make(log=log)
+    (item,) = items("http://crash.test/a")
+    f.ingest([item], 0.0)
+    (job,) = f.dispatch(0.0).jobs
+    f.kv.put(b"S" + seen_fingerprint(item), seen_value(SEEN_DONE, 1.0))  # the done stamp landed, the lease stays
+    f.expire_leases(job.expires_at + 3600.0)
+    assert f.queued() == 1 and seen(f, item) is not None and seen(f, item)[0] == SEEN_OPEN  # type: ignore[index]
+    recrawl = msgspec.structs.replace(item, recrawl=True)
+    assert f.ingest([recrawl], job.expires_at + 3601.0) == 0 and f.queued() == 1  # not queued twice

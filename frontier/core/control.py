@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import msgspec
 
-from frontier.intake.urls import registrable_domain
+from frontier.intake.urls import normal_host, registrable_domain
 from topics.partitioning import partition_for
 from topics.schemas import ControlCommand, encode
 
@@ -61,7 +61,13 @@ def control_record(cmd: ControlCommand, partitions: int) -> tuple[bytes, bytes, 
     of the scope's registrable domain, or for an address scope ``ip:<address>`` (frontier.ip_scope)
     the partition of that address, where its URLs are."""
     cmd.validate()
-    key = cmd.scope[3:] if cmd.scope.startswith("ip:") else scope_domain(cmd.scope)
+    if cmd.scope.startswith("ip:"):
+        # the address in the router's spelling (the partition key and the scope's name): an IPv6
+        # address written another way would reach another partition under a name nothing has
+        key = normal_host(cmd.scope[3:].strip().strip("[]").lower())
+        cmd = msgspec.structs.replace(cmd, scope=f"ip:{key}")
+    else:
+        key = scope_domain(cmd.scope)
     return key.encode(), encode(cmd), partition_for(key, partitions)
 
 

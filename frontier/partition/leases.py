@@ -154,6 +154,7 @@ class Leases(Robots, Revisits):
                     self.stats.failed += 1
                 else:
                     self._enqueue(lease.qkey, item, now)
+                    self._reopen(item, now)
             for scope in lease.scopes:
                 self._apply(scope, policy.Lost(), now)
             self._delete(key)

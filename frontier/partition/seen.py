@@ -79,6 +79,15 @@ class SeenSet(PartitionBase):
         *done*; the retention counts from here."""
         self._put(seen_key(seen_fingerprint(item)), seen_value(SEEN_DONE, now))
 
+    def _reopen(self, item: UrlItem, now: float) -> None:
+        """A URL back in its queue after its lease was lost is *open* again. (A crash between the
+        *done* stamp of a result and the deletion of its lease, which comes second, restores the
+        lease with the URL already stamped done.)"""
+        key = seen_key(seen_fingerprint(item))
+        raw = self.kv.get(key)
+        if raw is None or read_seen(raw)[0] != SEEN_OPEN:
+            self._put(key, seen_value(SEEN_OPEN, now))
+
     def _forget_seen(self, key: bytes) -> None:
         """A forget submission: remove the entry unless it is open (queued or in flight)."""
         raw = self.kv.get(key)

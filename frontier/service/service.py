@@ -249,7 +249,7 @@ class FrontierService(Reporting):
         for owned in list(self._owned.values()):
             f = owned.frontier
             f.expire_leases(now)
-            f.sweep_due(now)  # forgets aged-out seen entries, a bounded slice at most once a second
+            f.sweep_due(now)  # forgets aged-out seen entries, a bounded slice every SWEEP_INTERVAL (10 s)
             result = f.dispatch(now)
             if owned.dirty:
                 # the round's leases must be in the changelog before anyone can act on them
