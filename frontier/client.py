@@ -226,9 +226,9 @@ class FrontierClient:
 
     # -- control -------------------------------------------------------------------------------
     def control(self, command: ControlCommand) -> None:
-        """Send a scope command to the instance owning the scope's partition (acknowledged by Kafka)."""
-        # with frontier.ip_scope a host's partition is not known from its name: every partition gets it
-        for key, value, partition in control_records(command, self.topics.partitions, self.config.frontier.ip_scope):
+        """Send a scope command to every partition that may hold the scope (acknowledged by Kafka):
+        all of them for a host, domain or named scope (see :func:`control_records`)."""
+        for key, value, partition in control_records(command, self.topics.partitions):
             self._produce(self.topics.control, value, key, partition)
         self.flush()
 

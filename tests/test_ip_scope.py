@@ -291,18 +291,19 @@ def test_a_late_answer_still_throttles_the_address() -> None:
 
 
 # -- operators' commands ----------------------------------------------------------------------------
-def test_commands_go_to_every_partition_with_ip_scope() -> None:
+def test_commands_on_names_go_to_every_partition_whatever_the_senders_config() -> None:
+    """Whether the frontier keys URLs by address is its configuration, not the sender's: a host,
+    domain or named scope command reaches every partition (a command stored in the domain's
+    partition alone would change nothing with ip_scope on); an address scope has one partition."""
     pause = ControlCommand(action="pause", scope="www.example.com")
-    one = control_records(pause, 8)
-    assert one == [control_record(pause, 8)] and one[0][2] == partition_for("example.com", 8)
-    every = control_records(pause, 8, ip_scope=True)
+    every = control_records(pause, 8)
     assert sorted(p for _, _, p in every) == list(range(8)) and {k for k, _, _ in every} == {b"example.com"}
-    named = control_records(ControlCommand(action="pause", scope="example.com#api"), 8, ip_scope=True)
+    assert control_record(pause, 8)[2] == partition_for("example.com", 8)  # its key is still the domain
+    named = control_records(ControlCommand(action="pause", scope="example.com#api"), 8)
     assert len(named) == 8
     by_address = ControlCommand(action="set", scope="ip:10.0.0.7", delay=5.0)
-    for ip_scope in (False, True):
-        [(key, _, partition)] = control_records(by_address, 8, ip_scope=ip_scope)
-        assert (key, partition) == (b"10.0.0.7", partition_for("10.0.0.7", 8))
+    [(key, _, partition)] = control_records(by_address, 8)
+    assert (key, partition) == (b"10.0.0.7", partition_for("10.0.0.7", 8))
 
 
 # -- follow-ups are validated again by the router --------------------------------------------------

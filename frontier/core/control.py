@@ -1,8 +1,9 @@
 """Scope commands at run time: pause, resume, drop, and delay/concurrency overrides.
 
-A command travels on ``crawl.control`` to the partition of its scope's registrable domain, so
-the one instance that owns that domain applies it, whichever instance that is, and the result
-is in the partition's state (changelogged): it survives restarts and takeovers.
+A command travels on ``crawl.control`` to every partition (an ``ip:`` scope: to its address's
+partition), so the instances owning the scope's URLs apply it, whichever instances they are,
+whether the frontier keys URLs by domain or (``frontier.ip_scope``) by address, and the result
+is in each partition's state (changelogged): it survives restarts and takeovers.
 
 Matching: a command on ``NAME`` applies to the scope ``NAME`` itself and to every host under it
 (``NAME`` or ``*.NAME``), so ``pause example.com`` holds ``www.example.com`` too.
@@ -71,12 +72,14 @@ def control_record(cmd: ControlCommand, partitions: int) -> tuple[bytes, bytes, 
     return key.encode(), encode(cmd), partition_for(key, partitions)
 
 
-def control_records(cmd: ControlCommand, partitions: int, ip_scope: bool = False) -> list[tuple[bytes, bytes, int]]:
-    """Every (key, value, partition) ``cmd`` must go to. With ``frontier.ip_scope`` URLs are keyed
-    by their host's address, so the partition of a host, a domain or a named scope is not known:
-    the command goes to every partition (each applies it to what it holds). An address scope
-    ``ip:<address>`` has one partition in either mode (:func:`control_record`)."""
+def control_records(cmd: ControlCommand, partitions: int) -> list[tuple[bytes, bytes, int]]:
+    """Every (key, value, partition) ``cmd`` goes to. A host, domain or named scope goes to every
+    partition, each applying it to what it holds: with ``frontier.ip_scope`` a host's URLs are
+    keyed by its address, so its partition is not known from its name, and whether the frontier
+    runs that way is its configuration, not the sender's (a command sent to the domain's
+    partition alone would be stored there and change nothing). An address scope
+    ``ip:<address>`` has one partition (:func:`control_record`)."""
     key, value, partition = control_record(cmd, partitions)
-    if not ip_scope or cmd.scope.startswith("ip:"):
+    if cmd.scope.startswith("ip:"):
         return [(key, value, partition)]
     return [(key, value, p) for p in range(partitions)]
