@@ -62,14 +62,19 @@ def control_record(cmd: ControlCommand, partitions: int) -> tuple[bytes, bytes, 
     of the scope's registrable domain, or for an address scope ``ip:<address>`` (frontier.ip_scope)
     the partition of that address, where its URLs are."""
     cmd.validate()
+    key = scope_key(cmd.scope)
     if cmd.scope.startswith("ip:"):
-        # the address in the router's spelling (the partition key and the scope's name): an IPv6
-        # address written another way would reach another partition under a name nothing has
-        key = normal_host(cmd.scope[3:].strip().strip("[]").lower())
         cmd = msgspec.structs.replace(cmd, scope=f"ip:{key}")
-    else:
-        key = scope_domain(cmd.scope)
     return key.encode(), encode(cmd), partition_for(key, partitions)
+
+
+def scope_key(scope: str) -> str:
+    """The partition key of a scope: its registrable domain, or for ``ip:<address>`` the address
+    in the router's spelling (an IPv6 address written another way would reach another partition,
+    under a name nothing has)."""
+    if scope.startswith("ip:"):
+        return normal_host(scope[3:].strip().strip("[]").lower())
+    return scope_domain(scope)
 
 
 def control_records(cmd: ControlCommand, partitions: int) -> list[tuple[bytes, bytes, int]]:

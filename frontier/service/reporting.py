@@ -16,7 +16,7 @@ import msgspec
 
 from frontier.config import Config
 from frontier.core.causes import Cause
-from frontier.core.control import control_record
+from frontier.core.control import control_record, scope_key
 from frontier.intake.router import Router
 from frontier.kafka import AsyncProducer
 from frontier.observability.metrics import FrontierMetrics
@@ -30,6 +30,7 @@ from frontier.observability.watch import (
 )
 from frontier.service.owned import _Owned
 from topics.catalog import Topics
+from topics.partitioning import partition_for
 from topics.schemas import ControlCommand, Status, encode
 
 MAX_GATE_GAUGE = 100_000  # open gates tracked for the gates-active gauge; beyond, it reads this value
@@ -93,7 +94,7 @@ class Reporting:
         for any: with ``frontier.ip_scope`` URLs are keyed by their address."""
         if self.cfg.frontier.ip_scope and not scope.startswith("ip:"):
             return None
-        return {control_record(ControlCommand(action="watch", scope=scope), self.topics.partitions)[2]}
+        return {partition_for(scope_key(scope), self.topics.partitions)}  # no command built: per snapshot
 
     def _add_watch(self, scope: str, now: float) -> None:
         """Report ``scope`` until now + WATCH_SECONDS. At MAX_WATCHED, expired entries make room,
