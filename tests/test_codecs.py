@@ -1,8 +1,11 @@
 """Every schema round-trips through the one codec; foreign versions and shapes are refused."""
 
+import msgspec
 import pytest
 
 from topics.schemas import (
+    EncodedJob,
+    EncodedUrlBatch,
     Feedback,
     FeedbackBatch,
     Job,
@@ -86,3 +89,16 @@ def test_rejected_records_from_before_the_digest_still_decode() -> None:
     rej = decode(old, Rejected)
     assert rej.original == b"hello" and rej.original_length == 5
     assert rej.original_sha256 == hashlib.sha256(b"hello").hexdigest()
+
+
+def test_a_job_written_with_its_item_spliced_in_decodes_as_the_job() -> None:
+    """The frontier writes jobs as ``EncodedJob`` (the item's queued bytes, not encoded again):
+    every field a worker reads comes out as from an encoded ``Job``."""
+    job = Job(lease="l1", kind="robots", item=ITEM, not_before=1.5, expires_at=31.5, min_gap=1.0, floor=2.0,
+              timeout=9.0, retries_left=2)  # fmt: skip
+    terms = {f: getattr(job, f) for f in job.__struct_fields__ if f != "item"}
+    spliced = encode(EncodedJob(item=msgspec.Raw(encode(ITEM)), **terms))
+    assert decode(spliced, Job) == job
+    assert [bytes(raw) for raw in decode(encode(UrlBatch(items=[ITEM, ITEM])), EncodedUrlBatch).items] == [
+        encode(ITEM)
+    ] * 2

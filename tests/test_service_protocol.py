@@ -26,7 +26,17 @@ from frontier.partition import scopes as scopes_module
 from frontier.partition.keys import ACK_KEY
 from frontier.service.owned import _Owned
 from frontier.service.service import FrontierService
-from topics.schemas import ControlCommand, Feedback, FeedbackBatch, Job, Page, Rejected, decode
+from topics.schemas import (
+    ControlCommand,
+    EncodedUrlBatch,
+    Feedback,
+    FeedbackBatch,
+    Job,
+    Page,
+    Rejected,
+    decode,
+    encode,
+)
 
 
 class Recorder:
@@ -195,3 +205,29 @@ async def test_a_refused_control_command_goes_to_rejected_and_is_acknowledged(mo
     rejected = [decode(v or b"", Rejected) for t, _, v in rec.sent if t == svc.topics.rejected]
     assert len(rejected) == 1 and "at most 1" in rejected[0].reason and b"b.test" in rejected[0].original
     assert second.acked and sorted(f.overrides()) == ["a.test"]  # not replayed forever, nothing half-applied
+
+
+async def test_the_routers_bytes_of_an_item_reach_the_worker_unchanged_and_a_bad_item_is_rejected_alone() -> None:
+    """One encoding on a URL's way: the item's bytes in the router's batch are what the queue, the
+    lease and the job carry; an item that does not decode goes to crawl.rejected, its batch-mates
+    are queued (before, one bad item sent the whole batch there)."""
+    svc, rec, f = service(FrontierConfig(robots_obey=False, dispatch_lead=0.0))
+    good = encode(parse_input(b"http://a.test/1"))
+    bad = b'{"url":"http://b.test/1","host":7}'
+    record = b'{"v":1,"items":[' + good + b"," + bad + b"]}"
+    event = Event()
+    await svc.handle_urls(0, decode(record, EncodedUrlBatch), event)
+    [rejected] = [decode(v or b"", Rejected) for t, _, v in rec.sent if t == svc.topics.rejected]
+    assert rejected.original == bad and "URL not queued" in rejected.reason
+    [(_, queued)] = list(f.kv.scan(b"Q"))
+    assert queued == good
+    svc.dispatch_once()
+    await settle()
+    rec.deliver_all()
+    await settle()
+    [(key, value)] = [(k, v or b"") for t, k, v in rec.sent if t == svc.topics.jobs]
+    assert good in value and key == b"a.test"
+    job = decode(value, Job)
+    assert job.item == parse_input(b"http://a.test/1")
+    [(_, lease)] = list(f.kv.scan(b"L"))
+    assert good in lease

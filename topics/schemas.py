@@ -81,13 +81,20 @@ class UrlBatch(msgspec.Struct, kw_only=True):
     items: list[UrlItem]
 
 
-class Job(msgspec.Struct, kw_only=True):
-    """A lease on one URL: fetch it in ``[not_before, expires_at]`` or hand it back."""
+class EncodedUrlBatch(msgspec.Struct, kw_only=True):
+    """A :class:`UrlBatch` record read with its items left encoded: the frontier stores and
+    forwards each item's bytes as the router wrote them (one encoding on the URL's way)."""
+
+    v: int = SCHEMA_VERSION
+    items: list[msgspec.Raw]
+
+
+class JobTerms(msgspec.Struct, kw_only=True):
+    """The fields of a :class:`Job` other than its item."""
 
     v: int = SCHEMA_VERSION
     lease: str
     kind: str = "page"  # "page" | "robots" (fetch /robots.txt, follow up to 5 redirects, report the body)
-    item: UrlItem
     not_before: float  # epoch seconds; never send before
     expires_at: float  # epoch seconds; picked up later than this → return unfetched
     min_gap: float = 0.0  # the host's delay at dispatch: workers keep at least this between sends
@@ -96,6 +103,19 @@ class Job(msgspec.Struct, kw_only=True):
     floor: float = 0.0
     timeout: float = 20.0  # fetch timeout the frontier's lease deadline assumes
     retries_left: int = 0
+
+
+class Job(JobTerms, kw_only=True):
+    """A lease on one URL: fetch it in ``[not_before, expires_at]`` or hand it back."""
+
+    item: UrlItem
+
+
+class EncodedJob(JobTerms, kw_only=True):
+    """A :class:`Job` as the frontier writes it: the item's bytes spliced in as they were queued
+    (decodes as a ``Job``; the item is not encoded again)."""
+
+    item: msgspec.Raw
 
 
 # Feedback ``error`` kinds that mean the network failed (no complete response): they trigger

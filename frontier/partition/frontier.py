@@ -11,7 +11,7 @@ twice (at least once), never a URL dropped.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import msgspec
 
@@ -58,11 +58,12 @@ class PartitionFrontier(Leases, Visibility):
     """One frontier partition: the seen set, per-scope-set priority queues, robots.txt, leases and
     dispatch, over a :class:`~frontier.core.kv.KV`; every write also goes to ``changelog``."""
 
-    def ingest(self, items: Iterable[UrlItem], now: float) -> int:
+    def ingest(self, items: Iterable[UrlItem], now: float, encoded: Sequence[bytes] = ()) -> int:
         """Queue every URL not seen before (or seen and not open, with ``recrawl``); apply
-        ``forget`` items; return how many were queued."""
+        ``forget`` items; return how many were queued. ``encoded[i]``, when given, is ``items[i]``
+        as the router encoded it: queued as it is (the item is not encoded again on its way)."""
         accepted = 0
-        for item in items:
+        for i, item in enumerate(items):
             key = seen_key(seen_fingerprint(item))
             if item.forget:
                 self._forget_seen(key)
@@ -73,10 +74,12 @@ class PartitionFrontier(Leases, Visibility):
                     self.stats.duplicates += 1  # (a recrawl of an open URL: it is queued or in flight)
                     continue
                 self.stats.recrawls += 1  # its V entry, if any, is dropped when due (no longer named)
+            raw = encoded[i] if encoded else None
             if item.recrawl:
                 item = msgspec.structs.replace(item, recrawl=False)  # a command, not part of the queued URL
+                raw = None
             qid = queue_id(self.scopes_of(item))  # one string object per queue
-            self._enqueue(self._qkey(qid, item, now), item, now)
+            self._enqueue(self._qkey(qid, item, now), item, now, raw)
             self._put(key, seen_value(SEEN_OPEN, now))
             accepted += 1
         self.stats.ingested += accepted
@@ -113,10 +116,10 @@ class PartitionFrontier(Leases, Visibility):
                         rec = rules.record
                         error = f"robots.txt unreachable for {_duration(now - rec.failing_since)}"
                         error += f" ({rec.failures} attempts, last: {rec.error or rec.status})"
-                        self._report(item, qkey, scopes, now, "error", error)
+                        self._report(item, raw, qkey, scopes, now, "error", error)
                         self.stats.failed += 1
                     else:
-                        self._report(item, qkey, scopes, now, "disallowed", "disallowed by robots.txt")
+                        self._report(item, raw, qkey, scopes, now, "disallowed", "disallowed by robots.txt")
                         self.stats.disallowed += 1
                     self._queued[qid] -= 1
                     self._scheduler.schedule(qid, now)
@@ -129,7 +132,7 @@ class PartitionFrontier(Leases, Visibility):
                 continue
             # Due now or within the lead: send it ahead with not_before = its slot, so Kafka
             # transit is off the critical path; the worker holds it until then.
-            out.jobs.append(self._lease(item, qkey, scopes, now, not_before=max(now, decision.at)))
+            self._lease(out, item, raw, qkey, scopes, now, not_before=max(now, decision.at))
             self._queued[qid] -= 1
             self._scheduler.schedule(qid, now)
         if self._unreported:
@@ -154,8 +157,8 @@ class PartitionFrontier(Leases, Visibility):
         url = hop.redirect if hop is not None and hop.redirect else robots_url(item.url)
         robots_item = UrlItem(url=url, host=host, domain=item.domain, ip=item.ip, meta={})  # ip: feedback's partition
         self._robots_pending.add(site)
-        job = self._lease(robots_item, b"", scopes, now, kind="robots", not_before=max(now, decision.at), site=site)
-        out.jobs.append(job)
+        self._lease(out, robots_item, encoder.encode(robots_item), b"", scopes, now, kind="robots",
+                    not_before=max(now, decision.at), site=site)  # fmt: skip
 
     def next_wakeup(self) -> float | None:
         """The earliest time something may happen without new input."""

@@ -21,7 +21,7 @@ from frontier.partition.keys import lease_key, queue_id, scope_queue
 from frontier.partition.records import REPORT_KINDS, Dispatch, Lease, Report, encoder, lease_dec
 from frontier.partition.revisits import Revisits
 from frontier.partition.robots import Robots
-from topics.schemas import Feedback, Job, Page, UrlItem
+from topics.schemas import EncodedJob, Feedback, Job, JobTerms, Page, UrlItem
 
 
 class Leases(Robots, Revisits):
@@ -31,20 +31,24 @@ class Leases(Robots, Revisits):
 
     def _lease(
         self,
+        out: Dispatch,
         item: UrlItem,
+        raw: bytes,
         qkey: bytes,
         scopes: list[str],
         now: float,
         kind: str = "page",
         not_before: float = 0.0,
         site: str = "",
-    ) -> Job:
+    ) -> None:
+        """Lease ``item`` (``raw``: its encoding, spliced into the lease and the job as it is) and
+        add its job to ``out``."""
         lease_id = self._new_lease_id()
         not_before = max(now, not_before)
         expires_at = not_before + self.settings.job_ttl
         deadline = expires_at + self.settings.fetch_timeout + self.settings.lease_grace
-        lease = Lease(qkey=qkey, item=item, deadline=deadline, scopes=scopes, kind=kind, dispatched_at=not_before,
-                      site=site)  # fmt: skip
+        lease = Lease(qkey=qkey, item=msgspec.Raw(raw), deadline=deadline, scopes=scopes, kind=kind,
+                      dispatched_at=not_before, site=site)  # fmt: skip
         self._put(lease_key(lease_id), encoder.encode(lease))
         if qkey:
             self._delete(qkey)
@@ -55,10 +59,9 @@ class Leases(Robots, Revisits):
         self.inflight += 1
         self.stats.dispatched += 1
         host_state, host_settings = self._state(scopes[0]), self.scope_settings(scopes[0])
-        return Job(
+        terms = JobTerms(
             lease=lease_id,
             kind=kind,
-            item=item,
             not_before=not_before,
             expires_at=expires_at,
             min_gap=policy.delay(host_state, host_settings),
@@ -66,6 +69,8 @@ class Leases(Robots, Revisits):
             timeout=self.settings.fetch_timeout,
             retries_left=max(0, self.settings.max_retries - item.attempts) if kind == "page" else 0,
         )
+        fields = msgspec.structs.asdict(terms)
+        out.add(Job(item=item, **fields), EncodedJob(item=msgspec.Raw(raw), **fields))
 
     def feedback(self, fb: Feedback, now: float) -> bool:
         """Apply one worker result; return False for stale feedback (lease already closed)."""
@@ -122,7 +127,7 @@ class Leases(Robots, Revisits):
         for scope in scopes:
             self._apply(scope, event, now)
 
-    def _closed(self, lease: Lease, now: float) -> None:
+    def _closed(self, lease: Lease[UrlItem], now: float) -> None:
         self.inflight -= 1
         if lease.kind == "robots":
             site = lease.site or origin(lease.item.url)
@@ -149,7 +154,7 @@ class Leases(Robots, Revisits):
                 item = msgspec.structs.replace(lease.item, attempts=lease.item.attempts + 1)
                 if item.attempts > self.settings.max_retries:
                     error = f"no result from a worker after {item.attempts} leases"
-                    self._report(item, b"", lease.scopes, now, "error", error)
+                    self._report(item, encoder.encode(item), b"", lease.scopes, now, "error", error)
                     self.stats.completed += 1
                     self.stats.failed += 1
                 else:
@@ -164,10 +169,12 @@ class Leases(Robots, Revisits):
         return expired
 
     # -- reports: URLs that end without a fetch -----------------------------------------------------
-    def _report(self, item: UrlItem, qkey: bytes, scopes: list[str], now: float, kind: str, error: str) -> None:
+    def _report(
+        self, item: UrlItem, raw: bytes, qkey: bytes, scopes: list[str], now: float, kind: str, error: str
+    ) -> None:
         """Replace a queue entry by a report lease; its page goes out with the next dispatch."""
         lease_id = self._new_lease_id()
-        lease = Lease(qkey=qkey, item=item, deadline=now, scopes=scopes, kind=kind, error=error)
+        lease = Lease(qkey=qkey, item=msgspec.Raw(raw), deadline=now, scopes=scopes, kind=kind, error=error)
         self._put(lease_key(lease_id), encoder.encode(lease))  # written before the entry goes
         self._settle(item, now)  # its fate is decided now (the report lease holds it until published)
         if qkey:
@@ -175,7 +182,7 @@ class Leases(Robots, Revisits):
         self._unreported.append(lease_id)
 
     @staticmethod
-    def _report_page(lease: Lease, now: float) -> Page:
+    def _report_page(lease: Lease[UrlItem], now: float) -> Page:
         return Page(url=lease.item.url, outcome=lease.kind, error=lease.error, meta=lease.item.meta, fetched_at=now)
 
     def _report_pending(self, out: Dispatch, now: float) -> None:

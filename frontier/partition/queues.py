@@ -25,9 +25,10 @@ class Queues(SeenSet):
         self._seq = max(self._seq + 1, int(max(0.0, now) * 1000) << 20)
         return queue_key(qid, item.priority, self._seq)
 
-    def _enqueue(self, qkey: bytes, item: UrlItem, now: float) -> None:
+    def _enqueue(self, qkey: bytes, item: UrlItem, now: float, raw: bytes | None = None) -> None:
+        """Queue ``item`` at ``qkey``; ``raw``: its encoding when the caller has it."""
         qid = queue_of(qkey)
-        self._put(qkey, encoder.encode(item))
+        self._put(qkey, encoder.encode(item) if raw is None else raw)
         if is_multi(qid) and qid not in self._queued:
             self._index_queue(qid)
         self._queued[qid] += 1

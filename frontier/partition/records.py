@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import msgspec
 
@@ -14,7 +14,7 @@ from frontier.core import policy
 from frontier.core.causes import Cause
 from frontier.core.control import Override
 from frontier.core.robots import RobotsRecord
-from topics.schemas import Job, Page, UrlItem
+from topics.schemas import EncodedJob, Job, Page, UrlItem
 
 Changelog = Callable[[bytes, bytes | None], None]
 # (scope, old delay, new delay, cause text, cause class, gate until): whenever a scope's delay or gate changes
@@ -27,9 +27,15 @@ class Refused(ValueError):
     """A command the partition will not apply; ``str(exc)`` is the reason (it goes to crawl.rejected)."""
 
 
-class Lease(msgspec.Struct, kw_only=True):
+ItemT = TypeVar("ItemT", UrlItem, msgspec.Raw)
+
+
+class Lease(msgspec.Struct, Generic[ItemT], kw_only=True):
+    """A stored lease: read as ``Lease[UrlItem]``, written as ``Lease[msgspec.Raw]`` with the
+    item's bytes as they were queued (not encoded again)."""
+
     qkey: bytes  # where the URL sat in its queue (re-queued there if the job comes back); b"" for robots
-    item: UrlItem
+    item: ItemT
     deadline: float
     scopes: list[str]
     kind: str = "page"  # page | robots | disallowed | error (the last two: a report, see leases.py)
@@ -78,7 +84,12 @@ class Report:
 @dataclass
 class Dispatch:
     jobs: list[Job] = field(default_factory=list)
+    records: list[bytes] = field(default_factory=list)  # jobs[i] encoded (the item's queued bytes spliced in)
     reports: list[Report] = field(default_factory=list)  # final pages of URLs never fetched
+
+    def add(self, job: Job, record: EncodedJob) -> None:
+        self.jobs.append(job)
+        self.records.append(encoder.encode(record))
 
     @property
     def disallowed(self) -> list[Page]:
@@ -88,7 +99,7 @@ class Dispatch:
 
 encoder = msgspec.json.Encoder()
 item_dec = msgspec.json.Decoder(UrlItem)
-lease_dec = msgspec.json.Decoder(Lease)
+lease_dec = msgspec.json.Decoder(Lease[UrlItem])
 override_dec = msgspec.json.Decoder(Override)
 state_dec = msgspec.json.Decoder(policy.ScopeState)
 robots_dec = msgspec.json.Decoder(RobotsRecord)

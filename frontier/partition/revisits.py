@@ -44,7 +44,7 @@ class Revisits(Scopes):
                 continue
             item = item_dec.decode(raw)
             qid = queue_id(self.scopes_of(item))
-            self._enqueue(self._qkey(qid, item, now), item, now)  # queued before the V entry goes
+            self._enqueue(self._qkey(qid, item, now), item, now, raw)  # queued before the V entry goes
             self._put(entry_key, seen_value(SEEN_OPEN, now))
             self._delete(key)
             self.stats.revisits += 1

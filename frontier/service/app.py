@@ -26,7 +26,7 @@ from frontier.kafka import Kafka
 from frontier.observability.feed import LagProbe, StatusFeed
 from frontier.observability.web import build_web, check_exposure
 from frontier.service.service import FrontierService
-from topics.schemas import ControlCommand, FeedbackBatch, SchemaError, UrlBatch, decode
+from topics.schemas import ControlCommand, EncodedUrlBatch, FeedbackBatch, SchemaError, decode
 
 log = logging.getLogger("frontier")
 LAG_INTERVAL = 10.0  # seconds between consumer lag measurements
@@ -101,7 +101,7 @@ def build_app(cfg: Config, kafka: Kafka | None = None) -> tuple[faust.App, Front
 
         app.agent(channel, name=name)(agent)
 
-    consume(t.bydomain, "ingest", UrlBatch, service.handle_urls)
+    consume(t.bydomain, "ingest", EncodedUrlBatch, service.handle_urls)
     consume(t.feedback, "feedback", FeedbackBatch, service.handle_feedback)
     consume(t.control, "control", ControlCommand, service.handle_control)
 

@@ -38,7 +38,17 @@ from frontier.service.owned import Ackable, _ack_all, _Owned
 from frontier.service.reporting import Reporting
 from frontier.service.restore import changelog_end, close_partition, db_path, open_partition
 from frontier.service.standby import Standby
-from topics.schemas import ControlCommand, FeedbackBatch, Rejected, UrlBatch, encode
+from topics.schemas import (
+    ControlCommand,
+    EncodedUrlBatch,
+    FeedbackBatch,
+    Rejected,
+    SchemaError,
+    UrlBatch,
+    UrlItem,
+    decode,
+    encode,
+)
 
 log = logging.getLogger("frontier")
 
@@ -175,11 +185,31 @@ class FrontierService(Reporting):
         return self._owned[p]
 
     # -- input events ----------------------------------------------------------------------------
-    async def handle_urls(self, p: int, batch: UrlBatch, event: Ackable) -> None:
+    async def handle_urls(self, p: int, batch: UrlBatch | EncodedUrlBatch, event: Ackable) -> None:
+        """Queue a batch's URLs. An :class:`EncodedUrlBatch` (what the app reads) keeps each item's
+        bytes as the router wrote them; an item that does not decode goes to crawl.rejected."""
         owned = await self._partition(p)
-        owned.frontier.ingest(batch.items, self.clock())
+        if isinstance(batch, EncodedUrlBatch):
+            items, encoded = await self._decode_items(p, batch, event)
+            owned.frontier.ingest(items, self.clock(), encoded)
+        else:
+            owned.frontier.ingest(batch.items, self.clock())
         self._mark(p, owned, (event,))
         self._wake.set()
+
+    async def _decode_items(self, p: int, batch: EncodedUrlBatch, event: Ackable) -> tuple[list[UrlItem], list[bytes]]:
+        items: list[UrlItem] = []
+        encoded: list[bytes] = []
+        for raw in batch.items:
+            data = bytes(raw)
+            try:
+                items.append(decode(data, UrlItem))
+            except SchemaError as exc:
+                offset = getattr(getattr(event, "message", None), "offset", -1)
+                await self._reject(f"URL not queued: {exc}"[:500], data, self.topics.bydomain, p, offset)
+                continue
+            encoded.append(data)
+        return items, encoded
 
     async def handle_feedback(self, p: int, batch: FeedbackBatch, event: Ackable) -> None:
         owned = await self._partition(p)
@@ -266,8 +296,8 @@ class FrontierService(Reporting):
         """Publish a round's jobs and report pages (called once its changelog records landed)."""
 
         def release() -> None:
-            for job in result.jobs:
-                self.producer.send_nowait(self.topics.jobs, encode(job), key=job.item.host.encode())
+            for job, record in zip(result.jobs, result.records, strict=True):
+                self.producer.send_nowait(self.topics.jobs, record, key=job.item.host.encode())
                 self.metrics.jobs.labels(job.kind).inc()
             for report in result.reports:
                 self.producer.send_nowait(self.topics.pages, encode(report.page), key=report.page.url.encode(),
