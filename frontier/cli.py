@@ -260,13 +260,15 @@ def cmd_router(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from workers.worker import run_worker
+    from workers.worker import load_fetcher, run_worker
 
     cfg = _config(args)
+    spec = args.fetcher or cfg.worker.fetcher
+    fetcher = load_fetcher(spec, cfg) if spec else None  # a bad one: one line, before any connection
     logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     kafka = _kafka(cfg, wait=SERVICE_WAIT)
     _check_topic_limits(cfg, kafka)
-    run_worker(cfg, args.concurrency, kafka=kafka)
+    run_worker(cfg, args.concurrency, kafka=kafka, fetcher=fetcher)
     return 0
 
 
@@ -350,6 +352,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     w = command("worker", "run a fetch worker")
     w.add_argument("--concurrency", "-n", type=int, default=None)
+    w.add_argument(
+        "--fetcher",
+        default=None,
+        metavar="MODULE:FACTORY",
+        help="fetch with FACTORY(config) from MODULE instead of the built-in fetcher (docs/WORKERS.md)",
+    )
     w.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
     w.set_defaults(func=cmd_worker)
 

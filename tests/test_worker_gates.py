@@ -17,7 +17,7 @@ from aiohttp import web
 from msgspec.structs import replace
 
 from frontier.config import Config
-from tests.test_worker_jobs import FakeProducer, make_worker, message
+from tests.test_worker_jobs import FakeProducer, handle, make_worker, message
 from tests.test_worker_jobs import serving as serving_on
 from topics.schemas import Job, UrlItem
 from workers.worker import FetchWorker
@@ -68,12 +68,10 @@ async def test_case_26_held_jobs_are_not_sent_inside_the_window(limited: Limited
     held = [job(f"{limited.base}/{n}", f"L{n}", now + 0.3, now + 30) for n in (1, 2, 3)]
     # and one whose lease ends inside the window: handed back, never sent
     short = job(f"{limited.base}/short", "LS", now + 0.3, now + 1.5)
-    sem = asyncio.Semaphore(8)
     async with aiohttp.ClientSession() as session:
-        await asyncio.gather(*(worker._handle(session, sem, message(j, n)) for n, j in  # type: ignore[arg-type]
+        await asyncio.gather(*(handle(worker, session, message(j, n)) for n, j in
                                enumerate([first, *held, short])))  # fmt: skip
-        if worker._feedback_task is not None:
-            await asyncio.wait_for(worker._feedback_task, 5)
+        await worker.jobs.publisher.settled()
     window_end = limited.answered_429_at + 2.0
     later = [(path, at) for path, at in limited.arrivals if path != "/0"]
     assert sorted(p for p, _ in later) == ["/1", "/2", "/3"], "the short-lease job must not be sent"
@@ -99,9 +97,8 @@ async def test_a_server_stated_interval_counts_from_the_end_of_the_previous_resp
         worker = make_worker(FakeProducer())
         now = time.time()
         jobs = [replace(job(f"{base}/{n}", f"F{n}", now, now + 30), floor=0.5) for n in range(3)]
-        sem = asyncio.Semaphore(8)
         async with aiohttp.ClientSession() as session:
-            await asyncio.gather(*(worker._handle(session, sem, message(j, n)) for n, j in  # type: ignore[arg-type]
+            await asyncio.gather(*(handle(worker, session, message(j, n)) for n, j in
                                    enumerate(jobs)))  # fmt: skip
     assert len(arrivals) == 3
     gaps = [b - a for a, b in zip(ends, arrivals[1:], strict=False)]
@@ -123,9 +120,8 @@ async def test_a_robots_redirect_is_reported_not_followed() -> None:
         now = time.time()
         robots = replace(job(f"{base}/robots.txt", "R1", now, now + 30), kind="robots")
         async with aiohttp.ClientSession() as session:
-            await worker._handle(session, asyncio.Semaphore(2), message(robots))  # type: ignore[arg-type]
-            if worker._feedback_task is not None:
-                await asyncio.wait_for(worker._feedback_task, 5)
+            await handle(worker, session, message(robots))
+            await worker.jobs.publisher.settled()
     assert hits == ["/robots.txt"]
     [fb] = producer.feedback()
     assert fb.status == 301 and fb.headers["location"] == "/elsewhere/robots.txt"
@@ -136,9 +132,9 @@ def test_idle_host_gates_are_forgotten_so_memory_does_not_grow_with_every_host()
     worker = FetchWorker(Config(), concurrency=4, name="prune")
     now = time.time()
     for n in range(100_000):
-        worker._gates[f"h{n}.test"].last_sent = now - 3600
-    worker._gates["recent.test"].last_sent = now - 5
-    worker._gates["window.test"].last_sent = now - 3600
-    worker._gates["window.test"].closed_until = now + 30  # the host asked for a pause: kept
-    assert worker.prune_gates(now) == 100_000
-    assert set(worker._gates) == {"recent.test", "window.test"}
+        worker.jobs.gates[f"h{n}.test"].last_sent = now - 3600
+    worker.jobs.gates["recent.test"].last_sent = now - 5
+    worker.jobs.gates["window.test"].last_sent = now - 3600
+    worker.jobs.gates["window.test"].closed_until = now + 30  # the host asked for a pause: kept
+    assert worker.jobs.prune_gates(now) == 100_000
+    assert set(worker.jobs.gates) == {"recent.test", "window.test"}

@@ -1,6 +1,6 @@
 """A worker's per-host gate is cheap while the host is idle: its lock and event exist only while a
 job of the host is using it, and a gate in use is never forgotten by ``prune_gates``, however old
-its last send. Jobs go through ``FetchWorker._handle`` against a real local server on loopback
+its last send. Jobs go through ``Jobs.handle`` against a real local server on loopback
 (the in-memory producer of test_worker_jobs; no broker)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 import aiohttp
 from aiohttp import web
 
-from tests.test_worker_jobs import FakeProducer, make_worker, message, poll, serving
+from tests.test_worker_jobs import FakeProducer, handle, make_worker, message, poll, serving
 from topics.schemas import Job, UrlItem
 from workers.gates import _HostGate
 from workers.worker import FetchWorker
@@ -43,7 +43,7 @@ async def test_a_gate_in_use_is_kept_and_an_idle_one_holds_no_lock_or_event() ->
     release = asyncio.Event()
     arrivals: list[float] = []
 
-    async def handle(request: web.Request) -> web.Response:
+    async def answer(request: web.Request) -> web.Response:
         arrivals.append(time.time())
         if request.path == "/slow":
             await release.wait()
@@ -51,24 +51,22 @@ async def test_a_gate_in_use_is_kept_and_an_idle_one_holds_no_lock_or_event() ->
 
     producer = FakeProducer()
     worker: FetchWorker = make_worker(producer)
-    async with serving(handle, HOST) as base, aiohttp.ClientSession() as session:
-        sem = asyncio.Semaphore(4)
-        first = asyncio.create_task(worker._handle(session, sem, message(job(f"{base}/slow", "A"))))  # type: ignore[arg-type]
+    async with serving(answer, HOST) as base, aiohttp.ClientSession() as session:
+        first = asyncio.create_task(handle(worker, session, message(job(f"{base}/slow", "A"))))
         await poll(lambda: len(arrivals) == 1, 5, "the first request")
-        gate = worker._gates[HOST]
+        gate = worker.jobs.gates[HOST]
         assert gate.users == 1 and gate.busy()
         far = time.time() + 10 * 3600
-        assert worker.prune_gates(far) == 0 and HOST in worker._gates, "a gate in use was forgotten"
+        assert worker.jobs.prune_gates(far) == 0 and HOST in worker.jobs.gates, "a gate in use was forgotten"
         # a second job of the host waits behind the first one's gap, through the same gate
-        second = asyncio.create_task(worker._handle(session, sem, message(job(f"{base}/fast", "B", 0.3), 1)))  # type: ignore[arg-type]
+        second = asyncio.create_task(handle(worker, session, message(job(f"{base}/fast", "B", 0.3), 1)))
         await poll(lambda: gate.users == 2, 5, "the second job at the gate")
         release.set()
         await asyncio.wait_for(asyncio.gather(first, second), 10)
         assert len(arrivals) == 2 and arrivals[1] - arrivals[0] >= 0.3 - 0.01
-        assert worker._gates[HOST] is gate and gate.users == 0
+        assert worker.jobs.gates[HOST] is gate and gate.users == 0
         assert gate._lock is None and gate._idle is None, "an idle gate still holds its lock or event"
         assert gate.last_sent >= arrivals[0] - 1 and gate.last_end >= gate.last_sent
-        assert worker.prune_gates(far) == 1 and HOST not in worker._gates
-        if worker._feedback_task is not None:
-            await asyncio.wait_for(worker._feedback_task, 5)
+        assert worker.jobs.prune_gates(far) == 1 and HOST not in worker.jobs.gates
+        await worker.jobs.publisher.settled()
     assert sorted(fb.lease for fb in producer.feedback()) == ["A", "B"]

@@ -1,4 +1,4 @@
-"""One job through the fetch worker (``FetchWorker._handle``), against real local HTTP servers on
+"""One job through the fetch worker (``Jobs.handle`` with the built-in fetcher), against real local HTTP servers on
 loopback and an in-memory stand-in for the Kafka producer that can refuse or delay records:
 what is published, in which order, and what the feedback says.
 
@@ -27,6 +27,7 @@ from msgspec.structs import replace
 from deploy.kafka import free_port
 from frontier.config import BackoffSettings, Config, ScopeSettings, ThrottleConfig
 from topics.schemas import Feedback, FeedbackBatch, Job, Page, Submission, UrlItem, decode, encode
+from workers.publishing import Publisher
 from workers.worker import FetchWorker
 
 HOST = "127.0.0.93"
@@ -155,11 +156,23 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-def make_worker(producer: FakeProducer, cfg: Config | None = None) -> FetchWorker:
-    worker = FetchWorker(cfg or Config(), concurrency=4, name="test-worker")
-    worker.producer = producer  # type: ignore[assignment]
-    worker._loop = asyncio.get_running_loop()
+def make_worker(producer: FakeProducer, cfg: Config | None = None, concurrency: int = 4) -> FetchWorker:
+    worker = FetchWorker(cfg or Config(), concurrency=concurrency, name="test-worker")
+    worker.jobs.publisher = Publisher(producer, worker.cfg.topics)  # type: ignore[arg-type]
+    worker.jobs._bind()
     return worker
+
+
+def handle(worker: FetchWorker, session: aiohttp.ClientSession, msg: FakeMessage) -> Awaitable[None]:
+    """One consumed job through the worker, fetched with ``session`` (no address policy: loopback)."""
+    worker.builtin._session = session
+    return worker.jobs.handle(msg)  # type: ignore[arg-type]
+
+
+def start(worker: FetchWorker, session: aiohttp.ClientSession, msg: FakeMessage) -> asyncio.Task[None]:
+    """As the consume loop starts a job: in a task tracked by its partition."""
+    worker.builtin._session = session
+    return worker.jobs._start(msg)  # type: ignore[arg-type]
 
 
 def make_job(url: str, lease: str = "L1", **item: Any) -> Job:
@@ -172,11 +185,10 @@ def message(job: Job, offset: int = 0) -> FakeMessage:
     return FakeMessage(encode(job), offset_=offset)
 
 
-async def run_job(worker: FetchWorker, session: aiohttp.ClientSession, job: Job, slots: int = 4) -> None:
+async def run_job(worker: FetchWorker, session: aiohttp.ClientSession, job: Job) -> None:
     """Handle ``job``, then let any feedback batch still lingering go out."""
-    await worker._handle(session, asyncio.Semaphore(slots), message(job))  # type: ignore[arg-type]
-    if worker._feedback_task is not None:
-        await asyncio.wait_for(worker._feedback_task, 5)
+    await handle(worker, session, message(job))
+    await worker.jobs.publisher.settled()
 
 
 async def poll(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -268,7 +280,7 @@ async def test_any_exception_after_the_fetch_ends_in_an_error_page_and_result(
     def broken(*_: object) -> Page:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(worker, "_page", broken)
+    monkeypatch.setattr(worker.jobs, "_page", broken)
     await run_job(worker, session, make_job(site.url("/"), meta={"m": 1}))
     [page] = producer.pages()
     assert (page.outcome, page.error, page.meta) == ("error", "worker_error: RuntimeError", {"m": 1})
@@ -282,16 +294,16 @@ async def test_a_job_that_expires_while_waiting_for_a_worker_slot_is_handed_back
     site: Site, session: aiohttp.ClientSession
 ) -> None:
     producer = FakeProducer()
-    worker = make_worker(producer)
-    sem = asyncio.Semaphore(1)  # one request at a time: the held job keeps the slot
-    holder = asyncio.ensure_future(worker._handle(session, sem, message(make_job(site.url("/hold"), "A"))))  # type: ignore[arg-type]
+    worker = make_worker(producer, concurrency=1)  # one request at a time: the held job keeps the slot
+    holder = asyncio.ensure_future(handle(worker, session, message(make_job(site.url("/hold"), "A"))))
     await poll(lambda: "/hold" in site.hits, 5, "the first job to hold the only slot")
     late = make_job(site.url("/late"), "B")
     late = replace(late, expires_at=time.time() + 0.3)
-    waiting = asyncio.ensure_future(worker._handle(session, sem, message(late, 1)))  # type: ignore[arg-type]
+    waiting = asyncio.ensure_future(handle(worker, session, message(late, 1)))
     await poll(lambda: time.time() > late.expires_at, 5, "the second job's expiry")
     site.release.set()
     await asyncio.wait_for(asyncio.gather(holder, waiting), 10)
+    await worker.jobs.publisher.settled()
     assert "/late" not in site.hits, "a request was sent after the job's lease had expired"
     assert {fb.lease: fb.outcome for fb in producer.feedback()} == {"A": "fetched", "B": "expired"}
 
@@ -325,22 +337,22 @@ async def test_a_revoke_cancels_the_jobs_still_running_after_its_grace(
 ) -> None:
     producer = FakeProducer()
     worker = make_worker(producer)
-    worker.revoke_grace = 0.3
-    sem = asyncio.Semaphore(4)
+    worker.jobs.revoke_grace = 0.3
     job = replace(make_job(site.url("/later"), "A"), not_before=time.time() + 60, expires_at=time.time() + 90)
     other = make_job(site.url("/hold"), "B")
     other = replace(other, item=replace(other.item, host="127.0.0.94"))  # another host: not behind A's host gate
-    waiting = worker._start(session, sem, message(job, offset=5))  # type: ignore[arg-type]
-    kept = worker._start(session, sem, FakeMessage(message(other).data, offset_=9, partition_=1))  # type: ignore[arg-type]
+    waiting = start(worker, session, message(job, offset=5))
+    kept = start(worker, session, FakeMessage(message(other).data, offset_=9, partition_=1))
     await poll(lambda: "/hold" in site.hits, 5, "the job of partition 1 to be fetching")
     consumer = FakeConsumer()
-    await asyncio.to_thread(worker._on_revoke, consumer, [TopicPartition("crawl.jobs", 0)])
+    await asyncio.to_thread(worker.jobs._on_revoke, consumer, [TopicPartition("crawl.jobs", 0)])
     await asyncio.wait_for(asyncio.wait([waiting]), 5)
     assert waiting.cancelled(), "a job of a revoked partition kept running after the revoke"
     assert not kept.done(), "a job of a partition still owned was cancelled"
     assert consumer.commits == [[("crawl.jobs", 0, 5)]], "the cancelled job's offset must not be committed past"
     site.release.set()
     await asyncio.wait_for(kept, 10)
+    await worker.jobs.publisher.settled()
     assert "/later" not in site.hits and producer.feedback()[0].lease == "B"
 
 

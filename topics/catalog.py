@@ -79,7 +79,7 @@ URLS = TopicSpec(
     max_message_bytes=MiB, produced_bytes=ONE_URL_BYTES,
 )  # fmt: skip
 BYDOMAIN = TopicSpec(
-    "crawl.urls.bydomain", "partition chosen by murmur2(registrable domain)", "router → frontier", internal=True,
+    "crawl.urls.bydomain", "no key; partition = murmur2(ip or registrable domain)", "router → frontier", internal=True,
     # 1 MiB: four times the router's UrlBatch bound (URL_BATCH_BYTES), which a test checks
     max_message_bytes=MiB, produced_bytes=URL_BATCH_BYTES + RECORD_OVERHEAD,
 )  # fmt: skip
@@ -89,7 +89,7 @@ JOBS = TopicSpec(
     max_message_bytes=MiB, produced_bytes=ONE_URL_BYTES,
 )  # fmt: skip
 FEEDBACK = TopicSpec(
-    "crawl.feedback", "registrable domain (murmur2)", "workers → frontier: fetch results",
+    "crawl.feedback", "no key; partition = murmur2(ip or registrable domain)", "workers → frontier: fetch results",
     # 16 MiB: a FeedbackBatch is bounded by count, not bytes, and robots.txt results carry the
     # file (up to 500 KiB, 683 KB as base64): whatever the workers' producer accepts must pass
     max_message_bytes=PRODUCER_MAX_BYTES, produced_bytes=PRODUCER_MAX_BYTES,
@@ -107,7 +107,8 @@ REJECTED = TopicSpec(
     max_message_bytes=MiB, produced_bytes=32 * KiB,
 )  # fmt: skip
 CONTROL = TopicSpec(
-    "crawl.control", "registrable domain (murmur2)", "operators → frontier: pause/resume/drop/set a scope",
+    "crawl.control", "scope; to every partition (ip: scopes: to one)",
+    "operators → frontier: pause/resume/drop/set a scope",
     # 1 MiB: a ControlCommand is a scope name (at most 253 characters) and two numbers
     max_message_bytes=MiB, produced_bytes=16 * KiB,
 )  # fmt: skip

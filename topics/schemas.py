@@ -20,7 +20,13 @@ from typing import Any, TypeVar
 
 import msgspec
 
+# The version a record is written with: 1, unless it uses what version 2 added (a Feedback or Page
+# with outcome "skipped"): then 2, so that readers of version 1 keep working in a rolling upgrade.
+# Readers accept every version in READABLE_VERSIONS (docs/PROTOCOL.md, "Versions"; the records a
+# version-1 writer put on the wire are kept in topics/fixtures/v1 and decoded by a test).
 SCHEMA_VERSION = 1
+SKIPPED_VERSION = 2  # added the outcome "skipped": a worker declined a job without sending a request
+READABLE_VERSIONS = frozenset({1, 2})
 
 
 class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True, omit_defaults=True):
@@ -94,7 +100,8 @@ class JobTerms(msgspec.Struct, kw_only=True):
 
     v: int = SCHEMA_VERSION
     lease: str
-    kind: str = "page"  # "page" | "robots" (fetch /robots.txt, follow up to 5 redirects, report the body)
+    # "page" | "robots" (fetch /robots.txt, follow no redirect: report a 3xx with its location, or the body)
+    kind: str = "page"
     not_before: float  # epoch seconds; never send before
     expires_at: float  # epoch seconds; picked up later than this → return unfetched
     min_gap: float = 0.0  # the host's delay at dispatch: workers keep at least this between sends
@@ -124,7 +131,8 @@ NETWORK_ERRORS = frozenset({"timeout", "connect", "reset", "truncated"})
 
 
 class Feedback(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """What happened to one job. ``outcome``: fetched | error | expired."""
+    """What happened to one job. ``outcome``: fetched | error | retry | expired (handed back
+    unfetched: queued again) | skipped (version 2: declined without a request; the URL is done)."""
 
     lease: str
     host: str
@@ -152,7 +160,7 @@ class Page(msgspec.Struct, kw_only=True):
     v: int = SCHEMA_VERSION
     url: str
     status: int = 0
-    outcome: str = "fetched"  # fetched | error | disallowed (by robots.txt; never fetched)
+    outcome: str = "fetched"  # fetched | error | disallowed (by robots.txt) | skipped (declined by a worker)
     error: str = ""
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     body: bytes = b""
@@ -264,7 +272,7 @@ def decode(data: bytes, kind: type[T]) -> T:
     except msgspec.DecodeError as exc:
         raise SchemaError(f"{kind.__name__}: {exc}") from exc
     version = getattr(msg, "v", SCHEMA_VERSION)
-    if version != SCHEMA_VERSION:
+    if version not in READABLE_VERSIONS:
         raise SchemaError(f"{kind.__name__}: unsupported schema version {version}")
     return msg
 

@@ -22,7 +22,9 @@ from workers.safety import BlockedAddress
 
 @dataclass
 class FetchResult:
-    sent_at: float  # epoch seconds
+    """What came of one fetch (also what user code reports through the worker API, as ``Outcome``)."""
+
+    sent_at: float = 0.0  # epoch seconds the request went out (0: unknown, or never sent)
     status: int = 0
     latency: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
@@ -30,6 +32,7 @@ class FetchResult:
     truncated: bool = False
     error: str = ""  # error kind when no response was received
     done_at: float = 0.0  # when the response ended (set by the worker once the body is read)
+    links: list[str] | None = None  # URLs to follow; None: the same-site links of an HTML body
 
     @property
     def content_type(self) -> str:
@@ -78,7 +81,8 @@ async def fetch(
     on_sent: Callable[[float], None] | None = None,
     on_headers: Callable[[FetchResult], None] | None = None,
 ) -> FetchResult:
-    """Fetch ``url``; redirects are followed only when ``max_redirects`` > 0 (robots.txt, RFC 9309).
+    """Fetch ``url``; redirects are followed only when ``max_redirects`` > 0 (no caller does:
+    robots.txt hops come back as jobs of their own, throttled like any request).
 
     ``sent_at`` and the latency start when the request headers were sent (with
     :func:`send_tracer` on the session), and ``on_sent`` is called with that time.

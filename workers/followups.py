@@ -58,8 +58,15 @@ def redirect(item: UrlItem, r: FetchResult, max_redirects: int) -> Submission | 
 
 
 def links(item: UrlItem, r: FetchResult, agent: str) -> list[Submission]:
-    """Same-site links of an HTML page, when the job may follow them and the page allows it."""
-    if item.follow <= 0 or r.status != 200 or "html" not in r.content_type:
+    """Same-site links of an HTML page, when the job may follow them and the page allows it; or
+    the links user code reported (``r.links``, resolved against the page), within the same budget."""
+    if item.follow <= 0:
+        return []
+    if r.links is not None:
+        given = (absolute_location(item.url, link) for link in r.links)
+        return [Submission(url=url, priority=item.priority, meta=item.meta, follow=item.follow - 1, scopes=item.scopes)
+                for url in dict.fromkeys(given) if url]  # fmt: skip
+    if r.status != 200 or "html" not in r.content_type:
         return []
     if header_nofollow(r.headers.get("x-robots-tag", ""), agent):
         return []

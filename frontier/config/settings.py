@@ -204,6 +204,7 @@ class WorkerConfig:
     allow_networks: tuple[str, ...] = ()  # CIDRs allowed anyway, e.g. ["127.0.0.0/8"] for local tests
     metrics_port: int = 0  # Prometheus /metrics of this worker; 0 disables it
     metrics_bind: str = "127.0.0.1"
+    fetcher: str = ""  # package.module:factory of a fetcher to use instead of the built-in one (docs/WORKERS.md)
 
     def validate(self) -> None:
         import ipaddress

@@ -228,7 +228,7 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
     # the response ended when the worker says (else no earlier than its headers), never after now
     end = min(now, ev.done_at or sent_at + ev.latency) if sent_at > 0 else state.last_end
     state = rep(state, inflight=inflight, last_sent=last, last_end=max(state.last_end, end))
-    if ev.outcome == "expired":
+    if ev.outcome in ("expired", "skipped"):  # no request went out: nothing to learn
         return state
     # AutoThrottle: only real responses with a latency move it; exceptions never lower it.
     if s.autothrottle.enabled and ev.adjust and ev.status and not ev.error and ev.latency > 0:

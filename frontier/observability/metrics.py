@@ -15,12 +15,12 @@ from prometheus_client.registry import Collector
 
 from frontier.core.causes import CAUSES  # the classes of delay changes: the cause label
 
-FETCH_CLASSES = ("2xx", "3xx", "4xx", "429", "5xx", "error", "expired", "disallowed")
+FETCH_CLASSES = ("2xx", "3xx", "4xx", "429", "5xx", "error", "expired", "disallowed", "skipped")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 def fetch_class(outcome: str, status: int) -> str:
-    if outcome in ("expired", "disallowed"):
+    if outcome in ("expired", "disallowed", "skipped"):
         return outcome
     if outcome == "error" or status <= 0:
         return "error"
@@ -51,8 +51,8 @@ class _Totals(Collector):
             "cumulative events of the owned partitions (stored with each partition, so they move with it)",
             labels=["event"],
         )
-        for event in ("ingested", "duplicates", "dispatched", "completed", "retried", "returned", "lost",
-                      "disallowed", "dropped", "revisits", "forgotten", "recrawls", "robots_fetched"):  # fmt: skip
+        for event in ("ingested", "duplicates", "dispatched", "completed", "retried", "returned", "lost", "disallowed",
+                      "dropped", "revisits", "forgotten", "recrawls", "skipped", "robots_fetched"):  # fmt: skip
             events.add_metric([event], totals.get(event, 0))
         yield events
 

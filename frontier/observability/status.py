@@ -123,6 +123,7 @@ def render(statuses: list[Status], top: int = 20, now: float | None = None) -> s
                 "revisits",
                 "forgotten",
                 "recrawls",
+                "skipped",
             )
         ),
         "",

@@ -96,6 +96,8 @@ class Leases(Robots, Revisits):
             self.stats.completed += 1
             if fb.outcome == "error":
                 self.stats.failed += 1
+            elif fb.outcome == "skipped":
+                self.stats.skipped += 1  # a worker declined it: done, never fetched
             else:
                 self.stats.fetched += 1
             if item.revisit > 0:

@@ -64,6 +64,7 @@ class Stats(msgspec.Struct, kw_only=True):
     revisits: int = 0  # URLs re-queued because their revisit interval passed
     forgotten: int = 0  # seen entries removed: aged out (seen_retention) or by a forget submission
     recrawls: int = 0  # URLs queued again by a recrawl submission although seen
+    skipped: int = 0  # URLs a worker declined without a request (feedback outcome "skipped")
 
 
 class Sweep(NamedTuple):

@@ -1,7 +1,7 @@
 """Worker memory per host: a worker's RSS after jobs of N distinct hosts went through its per-host
 gate, and after ``prune_gates`` forgot them.
 
-No network and no broker: each job goes through ``FetchWorker._fetch_in_slot`` (the worker slot,
+No network and no broker: each job goes through ``Jobs.handle`` (the worker slot,
 the host's gate, its lock and its idle event, the send callback, the headers callback and the end
 of the answer, exactly as a real fetch does) with a stub in place of the HTTP fetch. Jobs run
 ``--concurrency`` at a time; every host gets one job.
@@ -14,14 +14,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from frontier.config import Config
 from tests.bench.common import parser, report, size
-from topics.schemas import Job, UrlItem
-from workers.fetch import FetchResult
-from workers.worker import GATE_IDLE, FetchWorker
+from tests.test_worker_jobs import FakeMessage
+from topics.schemas import Job, UrlItem, encode
+from workers.jobs import GATE_IDLE
+from workers.leased import LeasedJob, Outcome
+from workers.publishing import Publisher
+from workers.worker import FetchWorker
 
 
 def rss_mb() -> float:
@@ -31,42 +34,45 @@ def rss_mb() -> float:
     return 0.0
 
 
-async def stub_fetch(
-    _session: object, job: Job, sent: Callable[[float], None], headers: Callable[[FetchResult], None] | None = None
-) -> FetchResult:
+class NullProducer:
+    """Every record acknowledged at once (no broker)."""
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None) -> Any:
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        fut.set_result(None)
+        return fut
+
+
+async def stub_fetch(job: LeasedJob) -> Outcome:
     """What the HTTP fetch does to the gate: the request goes out, its headers come in, it ends."""
     at = time.time()
-    sent(at)
-    result = FetchResult(sent_at=at, status=200)
-    if headers is not None:
-        headers(result)
+    job.sent(at)
+    job.answered(200, {})
     await asyncio.sleep(0)  # the answer's body: other jobs run meanwhile
-    return result
+    return Outcome(sent_at=at, status=200)
 
 
 async def drive(worker: FetchWorker, hosts: int, concurrency: int) -> int:
     """One job for each of ``hosts`` distinct hosts; returns how many were fetched."""
-    sem = asyncio.Semaphore(concurrency)
-    fetched = 0
 
     async def one(n: int) -> None:
-        nonlocal fetched
         host = f"h{n}.bench.example"
         now = time.time()
         job = Job(lease=f"L{n}", item=UrlItem(url=f"http://{host}/", host=host, domain=host), not_before=now,
                   expires_at=now + 600, timeout=5)  # fmt: skip
-        if await worker._fetch_in_slot(None, sem, job) is not None:  # type: ignore[arg-type]  # the stub needs none
-            fetched += 1
+        await worker.jobs.handle(FakeMessage(encode(job), offset_=n))  # type: ignore[arg-type]
 
     step = concurrency * 4  # bounded: at most this many jobs exist at a time
     for start in range(0, hosts, step):
         await asyncio.gather(*(one(n) for n in range(start, min(hosts, start + step))))
-    return fetched
+    return worker.jobs.fetched
 
 
 async def measure(hosts: int, concurrency: int) -> None:
     worker = FetchWorker(Config(), concurrency=concurrency, name="bench-worker-hosts")
-    worker._fetch = stub_fetch  # type: ignore[method-assign,assignment]  # no network: the stub fetch
+    worker.jobs.publisher = Publisher(NullProducer(), worker.cfg.topics)  # type: ignore[arg-type]
+    worker.jobs._bind()
+    worker.jobs.handler = stub_fetch  # no network: the stub fetch
     gc.collect()
     before = rss_mb()
     started = time.perf_counter()
@@ -74,14 +80,14 @@ async def measure(hosts: int, concurrency: int) -> None:
     took = time.perf_counter() - started
     gc.collect()
     after = rss_mb()
-    gates = len(worker._gates)
-    forgotten = worker.prune_gates(time.time() + max(GATE_IDLE, 2 * worker.cfg.frontier.fetch_timeout) + 1)
+    gates = len(worker.jobs.gates)
+    forgotten = worker.jobs.prune_gates(time.time() + max(GATE_IDLE, 2 * worker.cfg.frontier.fetch_timeout) + 1)
     gc.collect()
     pruned = rss_mb()
-    report("worker_hosts", hosts=hosts, fetched=fetched, gates=gates, forgotten=forgotten, left=len(worker._gates),
+    report("worker_hosts", hosts=hosts, fetched=fetched, gates=gates, forgotten=forgotten, left=len(worker.jobs.gates),
            rss_before_mb=round(before, 1), rss_after_mb=round(after, 1), rss_after_prune_mb=round(pruned, 1),
            bytes_per_host=round((after - before) * 2**20 / hosts), seconds=round(took, 1))  # fmt: skip
-    if fetched != hosts or forgotten != hosts or worker._gates:
+    if fetched != hosts or forgotten != hosts or worker.jobs.gates:
         raise SystemExit(f"expected {hosts} fetched and forgotten, got {fetched} and {forgotten}")
 
 

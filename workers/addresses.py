@@ -1,0 +1,68 @@
+"""The address check for fetchers that do not connect through :class:`~workers.safety.SafeConnector`
+(any other HTTP client): before a job is handed over, its host is resolved and the job is
+declined (error ``blocked_address``) when every address is one the worker may not reach.
+
+A check before the connection leaves a gap (the client resolves again, and a hostile DNS server
+may answer differently the second time): a fetcher that must close it connects to one of
+``job.addresses`` (the allowed addresses found here) or uses ``SafeConnector`` with aiohttp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import time
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Protocol
+from urllib.parse import urlsplit
+
+from workers.safety import AddressPolicy
+
+TTL = 300.0  # seconds a resolution is reused (as the built-in fetcher's DNS cache)
+CACHED_HOSTS = 10_000
+RESOLVE_TIMEOUT = 5.0
+
+
+class HasAddresses(Protocol):
+    addresses: list[str]
+
+
+class AddressCheck:
+    def __init__(self, allow: Iterable[str] = (), block_private: bool = True) -> None:
+        self.policy = AddressPolicy(allow, block_private)
+        self._cache: OrderedDict[tuple[str, int], tuple[float, list[str]]] = OrderedDict()
+
+    async def blocked(self, url: str, job: HasAddresses) -> bool:
+        """True when ``url``'s host resolves only to blocked addresses; ``job.addresses`` gets the
+        allowed ones. A host that does not resolve is not blocked here (its fetch fails on its own)."""
+        try:
+            parts = urlsplit(url)
+            host, port = parts.hostname or "", parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            return False
+        found = await self.resolve(host, port)
+        job.addresses = [a for a in found if self.policy.allowed(a)]
+        return bool(found) and not job.addresses
+
+    async def resolve(self, host: str, port: int) -> list[str]:
+        try:
+            return [str(ipaddress.ip_address(host.strip("[]")))]  # a literal: nothing to resolve
+        except ValueError:
+            pass
+        key = (host, port)
+        hit = self._cache.get(key)
+        if hit is not None and hit[0] > time.monotonic():
+            self._cache.move_to_end(key)
+            return hit[1]
+        loop = asyncio.get_running_loop()
+        try:
+            infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT)
+        except (OSError, TimeoutError, UnicodeError):
+            return []
+        found = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        self._cache[key] = (time.monotonic() + TTL, found)
+        while len(self._cache) > CACHED_HOSTS:
+            self._cache.popitem(last=False)
+        return found

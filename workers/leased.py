@@ -1,0 +1,159 @@
+"""A job in user code's hands: :class:`LeasedJob`, what the worker API hands over once the job
+may be sent, and :class:`Outcome` (an alias of the fetch result), what user code reports back.
+
+User code reports each job exactly once: ``fetched`` (a response: any status), ``failed`` (no
+complete response: a network error kind), ``skip`` (declined, no request sent: the URL is done)
+or ``release`` (not now: the frontier queues it again), or the general ``finish(outcome)``.
+Optional along the way: ``sent()`` when the request really goes out (the host's next request is
+timed from it and may be prepared meanwhile; without it the host's next job waits for this one's
+report) and ``answered(status, headers)`` as soon as the response headers are in (a window the
+host announces closes its gate at once). ``async with job:`` reports an exception as an error
+and a job left without a report as released.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from topics.schemas import Job, UrlItem
+from workers.fetch import FetchResult
+
+if TYPE_CHECKING:
+    from workers.jobs import Jobs
+
+Outcome = FetchResult  # what user code reports: status, headers, body, sent_at, done_at, error, links
+
+
+class AlreadyReported(RuntimeError):
+    """A job was reported twice (or after the worker gave it up: see :class:`LeasedJob`)."""
+
+
+class LeasedJob:
+    """One leased job, handed over when its send slot has come (``not_before``, the host's gap
+    since this worker's previous send, any window the host announced, a server-stated floor).
+
+    Send the request now (or as soon as you can), then report. A job neither reported nor
+    released by ``expires_at + timeout`` is given up here (its slot freed, no feedback: the
+    frontier's lease expires a little later and the job comes back); a later report raises
+    :class:`AlreadyReported`.
+    """
+
+    __slots__ = ("_coords", "_jobs", "_prev_sent", "addresses", "gate_host", "handed_at", "job", "reported", "sent_at")
+
+    def __init__(self, jobs: Jobs, job: Job, coords: tuple[str, int, int]) -> None:
+        self._jobs = jobs
+        self._coords = coords
+        self.job = job
+        self.gate_host = job.item.host
+        self.handed_at = 0.0  # when it was handed over (the send time assumed if none is reported)
+        self.sent_at = 0.0  # when user code said the request went out (sent())
+        self._prev_sent = 0.0  # the host's last send before this job's slot (restored by skip/release)
+        self.reported = False
+        self.addresses: list[str] = []  # the host's addresses, checked against the worker's policy
+
+    # -- what the job says -------------------------------------------------------------------------
+    @property
+    def item(self) -> UrlItem:
+        return self.job.item
+
+    @property
+    def url(self) -> str:
+        return self.job.item.url
+
+    @property
+    def kind(self) -> str:
+        return self.job.kind
+
+    @property
+    def timeout(self) -> float:
+        """Seconds the fetch may take (the frontier's lease assumes it)."""
+        return self.job.timeout
+
+    @property
+    def expires_at(self) -> float:
+        return self.job.expires_at
+
+    @property
+    def max_body_bytes(self) -> int:
+        """Bodies are cut to this many bytes when published (``truncated`` set)."""
+        return self._jobs.max_body(self.job)
+
+    def __repr__(self) -> str:
+        return f"LeasedJob({self.job.lease!r}, {self.url!r})"
+
+    # -- along the way -----------------------------------------------------------------------------
+    def sent(self, at: float | None = None) -> None:
+        """The request has surely gone out by ``at`` (default now): the host's next request is timed
+        from it and may be prepared meanwhile. Call it once the request is sent, at the latest when
+        the response headers are in; never before the request leaves (a slow connect would then
+        shorten the gap the server sees). Not called, the host's next request waits for the report."""
+        self._jobs.sent(self, time.time() if at is None else at)
+
+    def answered(self, status: int, headers: Mapping[str, str]) -> None:
+        """The response headers are in: a window the host announces (Retry-After on a 429 or 503,
+        RateLimit remaining 0) closes its gate to this worker's held jobs now, not at the report."""
+        self._jobs.answered(self, FetchResult(status=status, headers=_lower(headers)))
+
+    # -- the report --------------------------------------------------------------------------------
+    async def finish(self, outcome: Outcome) -> None:
+        """Report ``outcome``: its page (and follow-ups) are published, then the feedback; the
+        call returns once the frontier's topics have them (or the job is left to expire)."""
+        await self._jobs.finish(self, outcome)
+
+    async def fetched(
+        self,
+        status: int,
+        headers: Mapping[str, str] | None = None,
+        body: bytes = b"",
+        *,
+        sent_at: float = 0.0,
+        done_at: float = 0.0,
+        latency: float = 0.0,
+        truncated: bool = False,
+        links: Iterable[str] | None = None,
+    ) -> None:
+        """A response came (any status). ``sent_at``: when the request went out (default: the
+        time given to :meth:`sent`, else none: the host's next request is timed from the report);
+        ``done_at``: when the response ended (default now); ``latency``: send → response headers,
+        what AutoThrottle learns from (default ``done_at - sent_at`` when a send time is known, else
+        0: nothing learned); ``links``: URLs to follow (default: the same-site links of an HTML
+        body), within the job's ``follow`` budget."""
+        await self.finish(Outcome(status=status, headers=_lower(headers or {}), body=body, sent_at=sent_at,
+                                  done_at=done_at, latency=latency, truncated=truncated,
+                                  links=None if links is None else list(links)))  # fmt: skip
+
+    async def failed(self, error: str, *, sent_at: float = 0.0, done_at: float = 0.0) -> None:
+        """No complete response. ``error``: ``timeout``, ``connect``, ``reset`` or ``truncated``
+        (network failures: the frontier backs off and the job may be retried), or any other kind
+        (``tls``, ``blocked_address``, ``worker:ValueError``, ...): the URL ends with an error page."""
+        await self.finish(Outcome(sent_at=sent_at, done_at=done_at, error=error or "worker:unknown"))
+
+    async def skip(self, reason: str) -> None:
+        """Decline the job without sending a request: the URL is done, published as a page with
+        outcome ``skipped`` and ``reason``; no delay moves."""
+        await self._jobs.skip(self, reason)
+
+    async def release(self) -> None:
+        """Hand the job back unfetched (no request sent): the frontier queues it again."""
+        await self._jobs.release(self)
+
+    # -- async with job: ---------------------------------------------------------------------------
+    async def __aenter__(self) -> LeasedJob:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if self.reported:
+            return
+        if exc is not None:
+            await self.failed(f"worker:{type(exc).__name__}")
+        else:
+            await self.release()
+
+
+def _lower(headers: Mapping[str, Any]) -> dict[str, str]:
+    return {str(k).lower(): str(v) for k, v in headers.items()}
