@@ -122,6 +122,10 @@ class Jobs:
         """Stop taking jobs (thread-safe; also from a signal handler); ``close()`` finishes."""
         self._stop.set()
 
+    @property
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
     async def start(self) -> None:
         self._bind()
         self.publisher = Publisher(self.kafka.async_producer(self._loop), self.topics)
@@ -375,6 +379,8 @@ class Jobs:
         self._claim(leased)
         now = time.time()
         done = outcome.done_at = min(outcome.done_at or now, now)
+        if any(not k.islower() for k in outcome.headers):
+            outcome.headers = {k.lower(): str(v) for k, v in outcome.headers.items()}
         # The host's next request is timed from this one's send: a time it surely went out by. Not
         # told (no sent_at, no sent()), that is the report itself; the feedback then says the
         # latest send the latency allows (headers came ``latency`` after the send, before ``done``).

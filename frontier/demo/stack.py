@@ -105,9 +105,11 @@ class Stack:
     def create_topics(self) -> None:
         create_all(self.client, self.topics)
 
-    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, *args: str, env: dict[str, str] | None = None, module: str = "frontier.cli"
+    ) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "ab")  # the child owns it
-        cmd = [sys.executable, "-m", "frontier.cli", "--config", str(self.config_path), *args]
+        cmd = [sys.executable, "-m", module, "--config", str(self.config_path), *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**MALLOC_ENV, **os.environ, **(env or {})},
                                 preexec_fn=_die_with_parent)  # fmt: skip
@@ -125,6 +127,10 @@ class Stack:
 
     def start_worker(self, name: str, concurrency: int = 8) -> subprocess.Popen[bytes]:
         return self._spawn(name, "worker", "--concurrency", str(concurrency))
+
+    def start_program(self, name: str, module: str, *args: str) -> subprocess.Popen[bytes]:
+        """``python -m module --config <the stack's file> args``: a worker built on the worker API."""
+        return self._spawn(name, *args, module=module)
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:
         proc = self.procs.pop(name, None)

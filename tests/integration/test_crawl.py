@@ -83,7 +83,9 @@ def test_crawl_exactly_once_politely(bootstrap: str, tmp_path: Path) -> None:
             pages_seen = [h for h in site.hits if h.path != "/robots.txt"]
             assert len(pages_seen) == len(urls) // 3, f"{site.host} saw {len(pages_seen)} page requests"
             gap = site.min_gap()
-            assert gap is not None and gap >= delay - TOLERANCE, f"{site.host}: min gap {gap:.3f} < delay {delay}"
+            t0 = site.hits[0].start
+            timeline = [(h.path, round(h.start - t0, 3), round(h.end - t0, 3), h.status) for h in site.hits]
+            assert gap is not None and gap >= delay - TOLERANCE, f"{site.host}: min gap {gap:.3f} < {delay}: {timeline}"
             assert site.max_active <= conc, f"{site.host}: {site.max_active} concurrent > {conc}"
         assert fleet.site(c).max_active == 2, "the slow site should use its 2 slots"
     finally:

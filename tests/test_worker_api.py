@@ -1,0 +1,225 @@
+"""The worker API without a broker: the same jobs, against the same real local server, fetched by
+the built-in fetcher and by each example's HTTP client (requests on a thread, httpx, urllib),
+give the same feedback (outcome, status, error, throttling headers; latencies within 25 ms), and
+that feedback moves the throttling policy exactly as the built-in's does. Also: the reports'
+contracts (one report per job, skip and release, an exception in user code, a job never
+reported), the default send time, and ``--fetcher`` loading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+
+import httpx
+import pytest
+from aiohttp import web
+
+from frontier.config import Config, ConfigError, WorkerConfig
+from frontier.core import policy
+from frontier.core.state import Done, ScopeState, Sent
+from tests.test_worker_jobs import FakeProducer, message, serving
+from topics.schemas import Feedback, Job, UrlItem
+from workers.examples import background, partial, threaded_requests
+from workers.leased import AlreadyReported, LeasedJob, Outcome
+from workers.publishing import Publisher
+from workers.worker import Fetcher, FetchWorker, load_fetcher
+
+HOST = "127.0.0.95"
+CFG = replace(Config(), worker=WorkerConfig(allow_networks=("127.0.0.0/8",)))
+# what the server answers; the gating ones last (each closes the host's gate for a second)
+ROUTES: dict[str, tuple[int, dict[str, str], float]] = {
+    "/ok": (200, {"Content-Type": "text/html"}, 0.0),
+    "/slow": (200, {"Content-Type": "text/html"}, 0.1),
+    "/down": (503, {}, 0.0),
+    "/moved": (301, {"Location": "/elsewhere"}, 0.0),
+    "/gone": (404, {}, 0.0),
+    "/budget": (200, {"RateLimit": '"default";r=0;t=1', "RateLimit-Policy": '"default";q=5;w=1'}, 0.0),
+    "/limited": (429, {"Retry-After": "1"}, 0.0),
+}
+
+
+def make_job(url: str, lease: str, expires_in: float = 30.0, timeout: float = 5.0) -> Job:
+    now = time.time()
+    return Job(lease=lease, item=UrlItem(url=url, host=HOST, domain=HOST), not_before=now,
+               expires_at=now + expires_in, timeout=timeout)  # fmt: skip
+
+
+@pytest.fixture
+async def site() -> AsyncIterator[str]:
+    async def answer(request: web.Request) -> web.Response:
+        status, headers, wait = ROUTES.get(request.path, (404, {}, 0.0))
+        await asyncio.sleep(wait)
+        return web.Response(status=status, headers=headers, body=b"<html>page</html>")
+
+    async with serving(answer, HOST) as base:
+        yield base
+
+
+def worker_with(fetcher: Fetcher | None, producer: FakeProducer) -> FetchWorker:
+    worker = FetchWorker(CFG, concurrency=4, name="api-test", fetcher=fetcher)
+    worker.jobs.publisher = Publisher(producer, CFG.topics)  # type: ignore[arg-type]
+    worker.jobs._bind()
+    return worker
+
+
+async def crawl(fetcher: Fetcher | None, base: str) -> list[Feedback]:
+    producer = FakeProducer()
+    worker = worker_with(fetcher, producer)
+    for n, path in enumerate(ROUTES):
+        await worker.jobs.handle(message(make_job(base + path, lease=path), n))  # type: ignore[arg-type]
+    await worker.jobs.publisher.settled()
+    await worker.fetcher.close()
+    await worker.builtin.close()
+    return producer.feedback()
+
+
+def said(fb: Feedback) -> tuple[str, str, int, str, dict[str, str]]:
+    """What a result says, apart from times (``date`` is the server's clock: kept for HTTP-date
+    Retry-After values, it differs between two fetches a second apart)."""
+    return fb.lease, fb.outcome, fb.status, fb.error, {k: v for k, v in fb.headers.items() if k != "date"}
+
+
+def replay(feedback: list[Feedback], latencies: dict[str, float]) -> ScopeState:
+    """The policy's state after these results, on one synthetic clock (only what the worker
+    reported matters: outcome, status, error, headers; latency taken from ``latencies``)."""
+    s = CFG.throttle.for_scope(HOST)
+    state, now = ScopeState(), 1000.0
+    for fb in feedback:
+        state = policy.apply(state, Sent(now), now, s)
+        latency = latencies[fb.lease]
+        done = Done(sent_at=now, done_at=now + latency, dispatched_at=now, status=fb.status, latency=latency,
+                    error=fb.error, headers=fb.headers, outcome=fb.outcome)  # fmt: skip
+        now += latency + 0.01
+        state = policy.apply(state, done, now, s)
+        now += 0.5
+    return state
+
+
+async def test_user_fetchers_report_what_the_built_in_reports_and_move_the_policy_alike(site: str) -> None:
+    builtin = await crawl(None, site)
+    async with httpx.AsyncClient(follow_redirects=False) as client:
+        users = {
+            "requests": await crawl(Fetcher(threaded_requests.fetch), site),
+            "httpx": await crawl(Fetcher(functools.partial(partial.fetch, client)), site),
+            "urllib": await crawl(Fetcher(functools.partial(background.fetch, agent="test")), site),
+        }
+    expected = [said(fb) for fb in builtin]
+    assert [lease for lease, *_ in expected] == list(ROUTES)
+    assert dict((lease, h) for lease, _, _, _, h in expected)["/limited"] == {"retry-after": "1"}
+    latencies = {fb.lease: fb.latency for fb in builtin}
+    state = replay(builtin, latencies)
+    assert state.gate_until > 0 and state.backoff > 0  # the 429 and the 503 did move it
+    for name, got in users.items():
+        assert [said(fb) for fb in got] == expected, name
+        for fb in got:
+            assert abs(fb.latency - latencies[fb.lease]) < 0.025, (name, fb.lease, fb.latency, latencies[fb.lease])
+            assert 0 < fb.sent_at <= fb.done_at, (name, fb)
+        assert replay(got, latencies) == state, name
+
+
+# -- the reports' contracts ---------------------------------------------------------------------------
+
+
+async def run_with(handler: Fetcher, site: str, *paths: str) -> tuple[FakeProducer, FetchWorker]:
+    producer = FakeProducer()
+    worker = worker_with(handler, producer)
+    for n, path in enumerate(paths):
+        await worker.jobs.handle(message(make_job(site + path, lease=path), n))  # type: ignore[arg-type]
+    await worker.jobs.publisher.settled()
+    return producer, worker
+
+
+async def test_skip_ends_the_url_with_a_skipped_page_and_no_request(site: str) -> None:
+    async def decline(job: LeasedJob) -> None:
+        await job.skip("not for this worker")
+
+    producer, worker = await run_with(Fetcher(decline), site, "/ok")
+    [page] = producer.pages()
+    assert (page.outcome, page.error, page.v) == ("skipped", "not for this worker", 2)
+    [fb] = producer.feedback()
+    assert (fb.outcome, fb.sent_at, fb.status) == ("skipped", 0.0, 0)
+    assert worker.jobs.gates[HOST].last_sent == 0.0, "no request went out: the host's last send is unchanged"
+    assert worker.jobs.tracker.open_count() == 0
+
+
+async def test_release_hands_the_job_back_and_an_exception_is_an_error(site: str) -> None:
+    async def give_back(job: LeasedJob) -> None:
+        await job.release()
+
+    async def broken(job: LeasedJob) -> Outcome:
+        raise ValueError("a bug in user code")
+
+    async def silent(job: LeasedJob) -> None:
+        return None  # neither reports nor returns an outcome: released
+
+    for handler, outcome, error in ((give_back, "expired", ""), (broken, "error", "worker:ValueError"),
+                                    (silent, "expired", "")):  # fmt: skip
+        producer, worker = await run_with(Fetcher(handler), site, "/ok")
+        assert [(fb.outcome, fb.error) for fb in producer.feedback()] == [(outcome, error)], handler
+        assert worker.jobs.tracker.open_count() == 0 and not worker.jobs._entered
+
+
+async def test_a_job_is_reported_once(site: str) -> None:
+    second: list[BaseException] = []
+
+    async def twice(job: LeasedJob) -> None:
+        await job.fetched(200, {})
+        try:
+            await job.fetched(200, {})
+        except AlreadyReported as exc:
+            second.append(exc)
+
+    producer, _ = await run_with(Fetcher(twice), site, "/ok")
+    assert len(second) == 1 and len(producer.feedback()) == 1
+
+
+async def test_a_job_never_reported_is_given_up_after_its_lease_and_frees_its_slot(site: str) -> None:
+    producer = FakeProducer()
+    worker = worker_with(None, producer)
+    worker.jobs.handler = None  # the pull shape: taken from the queue, never reported
+    job = make_job(site + "/ok", lease="H", expires_in=0.3, timeout=0.2)
+    worker.jobs._start(message(job))  # type: ignore[arg-type]
+    taken = await worker.jobs.get(1.0)
+    assert taken is not None and worker.jobs.tracker.open_count() == 1
+    deadline = time.monotonic() + 5
+    while worker.jobs.tracker.open_count() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    assert worker.jobs.tracker.open_count() == 0 and not worker.jobs._entered, "the job was never given up"
+    assert producer.feedback() == [], "no feedback: the frontier's lease expires and the job comes back"
+    with pytest.raises(AlreadyReported):
+        await taken.fetched(200, {})
+
+
+async def test_without_a_send_time_the_host_is_timed_from_the_report(site: str) -> None:
+    """A fetcher that says nothing about when its request went out: the host's next request is
+    timed from the report (a time the request surely went out by), never from the hand-over."""
+
+    async def slow_report(job: LeasedJob) -> Outcome:
+        await asyncio.sleep(0.2)
+        return Outcome(status=200)
+
+    producer, worker = await run_with(Fetcher(slow_report), site, "/ok")
+    [fb] = producer.feedback()
+    gate = worker.jobs.gates[HOST]
+    assert gate.last_sent >= fb.done_at - 0.001 and fb.sent_at == fb.done_at and fb.latency == 0.0
+
+
+def test_a_fetcher_is_loaded_from_module_colon_factory() -> None:
+    made = load_fetcher("tests.test_worker_api:factory", CFG)
+    assert made.made is factory_made
+    for spec, why in (("nocolon", "expected package.module:factory"), ("no.such.module:f", "cannot import"),
+                      ("tests.test_worker_api:missing", "no callable missing")):  # fmt: skip
+        with pytest.raises(ConfigError, match=why):
+            load_fetcher(spec, CFG)
+
+
+async def factory_made(job: LeasedJob) -> None:
+    await job.skip("example")
+
+
+def factory(cfg: Config) -> object:
+    return factory_made

@@ -1,0 +1,61 @@
+"""A blocking worker on a thread pool, fetching with ``requests`` instead of the built-in aiohttp.
+
+    python -m workers.examples.threaded_requests --config crawl.toml --concurrency 8
+
+The worker API holds each job until it may be sent and publishes what ``fetch`` returns; the
+function only makes the request. ``requests`` does not retry by default and is told not to
+follow redirects (a 3xx is a result: its target goes back through the frontier).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import requests
+
+from workers.blocking import BlockingJob, BlockingJobs
+from workers.examples.common import options
+from workers.leased import Outcome
+
+_local = threading.local()
+
+
+def session() -> requests.Session:
+    """One session per thread (a ``requests.Session`` is not meant to be shared between threads)."""
+    if not hasattr(_local, "session"):
+        _local.session = requests.Session()
+    s: requests.Session = _local.session
+    return s
+
+
+def fetch(job: BlockingJob) -> Outcome:
+    try:
+        with session().get(job.url, timeout=job.timeout, allow_redirects=False, stream=True,
+                           headers={"User-Agent": USER_AGENT}) as r:  # fmt: skip
+            job.sent()  # the headers are in: the request surely went out
+            job.answered(r.status_code, r.headers)  # a 429 + Retry-After closes the host's gate now
+            body = r.raw.read(job.max_body_bytes + 1, decode_content=True)
+            return Outcome(status=r.status_code, headers=dict(r.headers), body=body,
+                           latency=r.elapsed.total_seconds(), done_at=time.time())  # fmt: skip
+    except requests.Timeout:
+        return Outcome(error="timeout")
+    except requests.ConnectionError:
+        return Outcome(error="connect")
+
+
+USER_AGENT = "kafka-crawl-frontier/0.1 (+https://example.invalid/bot)"
+
+
+def main() -> None:
+    global USER_AGENT
+    cfg, args = options(__doc__.splitlines()[0])
+    USER_AGENT = cfg.worker.user_agent
+    with BlockingJobs(cfg, concurrency=args.concurrency) as jobs:
+        signal.signal(signal.SIGTERM, lambda *_: jobs.stop())
+        jobs.serve(fetch, threads=args.concurrency)
+
+
+if __name__ == "__main__":
+    main()
