@@ -109,7 +109,8 @@ class Stack:
         self, name: str, *args: str, env: dict[str, str] | None = None, module: str = "frontier.cli"
     ) -> subprocess.Popen[bytes]:
         log = open(self.workdir / f"{name}.log", "ab")  # the child owns it
-        cmd = [sys.executable, "-m", module, "--config", str(self.config_path), *args]
+        run = [module] if module.endswith(".py") else ["-m", module]
+        cmd = [sys.executable, *run, "--config", str(self.config_path), *args]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**MALLOC_ENV, **os.environ, **(env or {})},
                                 preexec_fn=_die_with_parent)  # fmt: skip
@@ -125,11 +126,12 @@ class Stack:
         """A standalone router (for frontiers configured with ``embedded_router = false``)."""
         return self._spawn(name, "router")
 
-    def start_worker(self, name: str, concurrency: int = 8) -> subprocess.Popen[bytes]:
-        return self._spawn(name, "worker", "--concurrency", str(concurrency))
+    def start_worker(self, name: str, concurrency: int = 8, *args: str) -> subprocess.Popen[bytes]:
+        return self._spawn(name, "worker", "--concurrency", str(concurrency), *args)
 
     def start_program(self, name: str, module: str, *args: str) -> subprocess.Popen[bytes]:
-        """``python -m module --config <the stack's file> args``: a worker built on the worker API."""
+        """``python -m module --config <the stack's file> args``: a worker built on the worker API
+        (``module`` may also be the path of a script ending in ``.py``)."""
         return self._spawn(name, *args, module=module)
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 30.0) -> int | None:

@@ -1,6 +1,7 @@
 """A blocking worker on a thread pool, fetching with ``requests`` instead of the built-in aiohttp.
 
     python -m workers.examples.threaded_requests --config crawl.toml --concurrency 8
+    crawl-frontier worker --fetcher workers.examples.threaded_requests:factory
 
 The worker API holds each job until it may be sent and publishes what ``fetch`` returns; the
 function only makes the request. ``requests`` does not retry by default and is told not to
@@ -12,9 +13,11 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Callable
 
 import requests
 
+from frontier.config import Config
 from workers.blocking import BlockingJob, BlockingJobs
 from workers.examples.common import options
 from workers.leased import Outcome
@@ -48,10 +51,17 @@ def fetch(job: BlockingJob) -> Outcome:
 USER_AGENT = "kafka-crawl-frontier/0.1 (+https://example.invalid/bot)"
 
 
-def main() -> None:
+def factory(cfg: Config) -> Callable[[BlockingJob], Outcome]:
+    """For the project's worker: ``crawl-frontier worker --fetcher workers.examples.threaded_requests:factory``
+    (a plain function: the worker runs it on a thread and hands it a blocking job)."""
     global USER_AGENT
-    cfg, args = options(__doc__.splitlines()[0])
     USER_AGENT = cfg.worker.user_agent
+    return fetch
+
+
+def main() -> None:
+    cfg, args = options(__doc__.splitlines()[0])
+    factory(cfg)
     with BlockingJobs(cfg, concurrency=args.concurrency) as jobs:
         signal.signal(signal.SIGTERM, lambda *_: jobs.stop())
         jobs.serve(fetch, threads=args.concurrency)
