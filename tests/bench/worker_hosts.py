@@ -21,7 +21,7 @@ from frontier.config import Config
 from tests.bench.common import parser, report, size
 from tests.test_worker_jobs import FakeMessage
 from topics.schemas import Job, UrlItem, encode
-from workers.jobs import GATE_IDLE
+from workers.holding import GATE_IDLE
 from workers.leased import LeasedJob, Outcome
 from workers.publishing import Publisher
 from workers.worker import FetchWorker

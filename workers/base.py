@@ -1,0 +1,137 @@
+"""The worker API's state (``JobsBase``): the configuration, the Kafka connection, the per-host
+gates, the slots, the offsets and the jobs in hand, and the two ways a job leaves them
+(:meth:`JobsBase._leave` gives back its slot and gate; :meth:`JobsBase._done` ends it here). The
+modules beside it add the behaviour as mixins over these fields: ``holding`` (until a job may be
+sent), ``reporting`` (what is published, in the protocol's order), ``consuming`` (the Kafka
+consumer); ``jobs`` assembles them into :class:`~workers.jobs.Jobs`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from confluent_kafka import Consumer, Message
+
+from frontier.config import Config
+from frontier.core.robots import MAX_ROBOTS_BYTES, agent_token
+from frontier.kafka import Kafka
+from frontier.observability.metrics import WorkerMetrics
+from topics.schemas import Job
+from workers.addresses import AddressCheck
+from workers.gates import _HostGate
+from workers.leased import LeasedJob, Outcome
+from workers.offsets import OffsetTracker
+from workers.publishing import Publisher
+
+log = logging.getLogger("worker")
+
+InternalFetcher = Callable[[LeasedJob], Awaitable[Outcome]]
+Handler = Callable[[LeasedJob], Awaitable[Outcome | None]]
+
+
+class JobsBase:
+    def __init__(
+        self,
+        cfg: Config,
+        *,
+        concurrency: int | None = None,
+        name: str | None = None,
+        kafka: Kafka | None = None,
+        kinds: Iterable[str] = ("page",),
+        check_addresses: bool = True,
+        internal: InternalFetcher | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.topics = cfg.topics
+        self.concurrency = concurrency or cfg.worker.concurrency
+        self.name = name or f"{socket.gethostname()}-{os.getpid()}"
+        self.agent = agent_token(cfg.worker.user_agent)
+        self.kafka = kafka if kafka is not None else Kafka(cfg.kafka.client_conf())  # every client comes from it
+        self.kinds = frozenset(kinds)
+        self.addresses = AddressCheck(cfg.worker.allow_networks, cfg.worker.block_private) if check_addresses else None
+        self.internal = internal
+        self.handler: Handler | None = None
+        self.tracker = OffsetTracker()
+        self.gates: dict[str, _HostGate] = defaultdict(_HostGate)
+        self.metrics = WorkerMetrics()
+        self.publisher: Publisher  # set by start() (tests set it directly)
+        # how long a revoke waits for the jobs of the partitions it takes away; then they are cancelled
+        self.revoke_grace = cfg.frontier.fetch_timeout + 30
+        self.fetched = self.returned = self.skipped = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._slots: asyncio.Semaphore | None = None
+        self._ready: asyncio.Queue[LeasedJob] | None = None
+        self._running: dict[tuple[str, int], set[asyncio.Task[None]]] = defaultdict(set)  # by (topic, partition)
+        self._holding: set[asyncio.Task[None]] = set()  # tasks waiting for a job's slot
+        self._entered: set[LeasedJob] = set()  # jobs holding a slot and their host's gate
+        self._timers: dict[LeasedJob, asyncio.TimerHandle] = {}  # handed over: given up at expires_at + timeout
+        self._stop = threading.Event()
+        self._closing = False
+        self._poller: asyncio.Task[None] | None = None
+        self._consumer: Consumer | None = None
+        self._builtin: Any = None  # the built-in fetcher, when internal kinds needed it
+
+    def _bind(self) -> None:
+        """Take the running event loop (tests that call :meth:`handle` directly use this alone)."""
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+            self._slots = asyncio.Semaphore(self.concurrency)
+            self._ready = asyncio.Queue()
+
+    # What the mixins call of each other (defined in jobs, reporting, holding)
+    async def handle(self, msg: Message) -> None:
+        """One consumed job, start to end (:class:`~workers.jobs.Jobs`)."""
+        raise NotImplementedError
+
+    async def _back(self, leased: LeasedJob) -> None:
+        """Hand the job back unfetched (:class:`~workers.jobs.Jobs`)."""
+        raise NotImplementedError
+
+    def _abandon(self, leased: LeasedJob) -> None:
+        """Give up a job never reported (:class:`~workers.jobs.Jobs`)."""
+        raise NotImplementedError
+
+    async def _report(self, leased: LeasedJob, outcome: Outcome) -> None:
+        """Publish a job's outcome (:class:`~workers.reporting.Reporting`)."""
+        raise NotImplementedError
+
+    def prune_gates(self, now: float) -> int:
+        """Forget idle hosts' gates (:class:`~workers.holding.Holding`)."""
+        raise NotImplementedError
+
+    def max_body(self, job: Job) -> int:
+        return MAX_ROBOTS_BYTES if job.kind == "robots" else self.cfg.worker.max_body_bytes
+
+    def backoff_codes(self, job: Job) -> frozenset[int]:
+        """The statuses the frontier backs off on for this URL's scopes: only those are retried."""
+        item = job.item
+        names = [item.host, item.domain, *item.scopes]
+        return frozenset(code for name in names for code in self.cfg.throttle.for_scope(name).backoff.codes)
+
+    def _leave(self, leased: LeasedJob) -> None:
+        """Give back the job's slot and its host's gate (once)."""
+        if leased not in self._entered:
+            return
+        self._entered.discard(leased)
+        gate = self.gates.get(leased.gate_host)
+        if gate is not None:
+            gate.idle.set()
+            gate.leave()
+        assert self._slots is not None
+        self._slots.release()
+        self.metrics.inflight.dec()
+
+    def _done(self, leased: LeasedJob) -> None:
+        """The job is over here: its slot freed, its offset may be committed."""
+        self._leave(leased)
+        timer = self._timers.pop(leased, None)
+        if timer is not None:
+            timer.cancel()
+        self.tracker.finished(*leased._coords)

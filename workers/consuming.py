@@ -1,0 +1,123 @@
+"""The worker's Kafka consumer: one member of the workers' group on ``crawl.jobs``, taking jobs
+while fewer than four times ``concurrency`` are open, committing what is finished every second, and on a
+revoke finishing (then cancelling) the jobs of the partitions it gives up before committing."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from confluent_kafka import Consumer, Message, TopicPartition
+
+from frontier.kafka import coordinates
+from frontier.observability.metrics import lag
+from workers.base import JobsBase
+
+log = logging.getLogger("worker")
+
+GATE_PRUNE_EVERY = 60.0  # seconds between two sweeps of idle gates
+
+
+class Consuming(JobsBase):
+    def _start(self, msg: Message) -> asyncio.Task[None]:
+        """Handle one consumed job in a task, tracked by its partition (a revoke may cancel it)."""
+        topic, partition, offset = coordinates(msg)
+        self.tracker.started(topic, partition, offset)
+        task = asyncio.ensure_future(self.handle(msg))
+        running = self._running[(topic, partition)]
+        running.add(task)
+        task.add_done_callback(running.discard)
+        return task
+
+    async def _consume(self, consumer: Consumer) -> None:
+        last_commit = last_lag = last_prune = time.monotonic()
+        cap = self.concurrency * 4
+        while not self._stop.is_set():
+            want = cap - self.tracker.open_count()
+            msgs: list[Message] = await asyncio.to_thread(_take, consumer, want) if want > 0 else []
+            if want <= 0:
+                await asyncio.sleep(0.02)
+            for msg in msgs:
+                if msg.error() is not None:
+                    log.warning("consume error: %s", msg.error())
+                    continue
+                self._start(msg)
+            if time.monotonic() - last_commit > 1.0:
+                last_commit = time.monotonic()
+                self._commit(consumer)
+            if time.monotonic() - last_prune > GATE_PRUNE_EVERY:
+                last_prune = time.monotonic()
+                self.prune_gates(time.time())
+            if self.cfg.worker.metrics_port and time.monotonic() - last_lag > 2.0:
+                last_lag = time.monotonic()
+                try:
+                    self.metrics.lag.set(await asyncio.to_thread(lag, consumer, consumer.assignment()))
+                except Exception as exc:  # noqa: BLE001 - a metric must never stop the worker
+                    log.debug("consumer lag not measured: %s", exc)
+
+    def _on_revoke(self, c: Consumer, parts: list[TopicPartition]) -> None:
+        """On the consumer's thread: finish what we started on these partitions (up to
+        ``revoke_grace``), commit it, then let them go. Jobs still running then are cancelled:
+        once the partition is given up, they must not send requests any more."""
+        tps = {(tp.topic, tp.partition) for tp in parts}
+        deadline = time.monotonic() + self.revoke_grace
+        while self.tracker.open_count(tps) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        points = self.tracker.commit_points(tps)  # before cancelling: the new owner gets those jobs again
+        if self.tracker.open_count(tps):
+            self._cancel(tps)
+        if points:
+            try:
+                c.commit(offsets=points, asynchronous=False)
+            except Exception as exc:  # noqa: BLE001 - the new owner re-fetches: at least once
+                log.warning("commit on revoke failed: %s", exc)
+        self.tracker.forget(tps)
+
+    def _cancel(self, tps: set[tuple[str, int]]) -> None:
+        """Cancel the running jobs of ``tps`` on the event loop; return once that is done."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        cancelled: list[int] = []
+        requested = threading.Event()
+
+        def cancel() -> None:
+            for tp in tps:
+                for task in self._running.pop(tp, set()):
+                    cancelled.append(int(task.cancel()))
+            requested.set()
+
+        try:
+            on_loop = asyncio.get_running_loop() is loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            cancel()
+        else:
+            loop.call_soon_threadsafe(cancel)
+            if not requested.wait(10):
+                log.error("the event loop did not cancel the jobs of revoked partitions %s", sorted(tps))
+                return
+        log.warning("cancelled %d jobs of revoked partitions %s, still running after %.0f s", sum(cancelled),
+                    sorted(tps), self.revoke_grace)  # fmt: skip
+
+    def _commit(self, consumer: Consumer) -> None:
+        points = self.tracker.commit_points()
+        if points:
+            try:
+                consumer.commit(offsets=points, asynchronous=True)
+            except Exception as exc:  # noqa: BLE001 - retried at the next commit
+                log.debug("commit failed: %s", exc)
+
+
+def _take(consumer: Consumer, most: int) -> list[Message]:
+    """Wait up to 0.1 s for the first job, then take whatever else is already there without waiting.
+
+    (``consume(n, timeout)`` alone would hold a lone job until ``n`` arrive or the timeout ends.)
+    """
+    first = consumer.poll(0.1)
+    if first is None:
+        return []
+    return [first, *consumer.consume(most - 1, timeout=0)] if most > 1 else [first]

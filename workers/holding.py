@@ -1,0 +1,125 @@
+"""Holding a job until it may be sent: a slot among ``concurrency``, then the host's gate
+(:mod:`workers.gates`): ``not_before``, this worker's last send to the host plus ``min_gap``, a
+window the host announced, a server-stated floor from the end of its previous response
+(THROTTLING.md v2 §4, §9). Also what user code tells along the way (``sent``, ``answered``) and
+the pruning of idle gates."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from frontier.core.headers import gate_seconds
+from frontier.core.policy import with_margin
+from topics.schemas import NETWORK_ERRORS, Job
+from workers.base import JobsBase
+from workers.fetch import FetchResult
+from workers.gates import _HostGate
+from workers.leased import LeasedJob, Outcome
+
+log = logging.getLogger("worker")
+
+GATE_IDLE = 600.0  # a host's gate is forgotten after this long without a request (or twice the fetch timeout)
+
+
+class Holding(JobsBase):
+    async def _hold(self, leased: LeasedJob) -> bool:
+        """Wait for a slot and the host's send time; True once it is handed over (this worker's
+        clock says it may be sent), False when it was handed back or declined instead."""
+        job = leased.job
+        if time.time() > job.expires_at:
+            await self._back(leased)
+            return False
+        if self.addresses is not None and job.kind in self.kinds:
+            blocked = await self.addresses.blocked(job.item.url, leased)
+            if blocked:
+                await self._report(leased, Outcome(error="blocked_address"))
+                return False
+        assert self._slots is not None
+        m = self.metrics
+        m.held.inc()
+        try:
+            await self._slots.acquire()
+            gate = self.gates[leased.gate_host]
+            gate.enter()  # from here until it leaves, the gate is not forgotten (prune_gates)
+            try:
+                async with gate.lock:
+                    # The host's previous request must really have gone out (its headers sent, or it
+                    # failed) before the next one is timed from it: a stalled event loop or a slow
+                    # connect would otherwise shrink the gap the server sees.
+                    await gate.idle.wait()
+                    # asyncio may wake a timer up to a clock tick early: re-check until the slot has come
+                    # (a window the host announces meanwhile moves it: the loop reads it again)
+                    while (slot := self.slot(job, gate)) > (now := time.time()) and slot <= job.expires_at:
+                        await asyncio.sleep(slot - now)
+                    on_time = time.time() <= job.expires_at and self.slot(job, gate) <= time.time()
+                    if on_time:
+                        leased._prev_sent = gate.last_sent
+                        gate.last_sent = leased.handed_at = time.time()
+                        gate.idle.clear()
+            except BaseException:
+                gate.leave()
+                self._slots.release()
+                raise
+        finally:
+            m.held.dec()
+        if not on_time:  # its send time came after expires_at: the frontier has freed its slot
+            gate.leave()
+            self._slots.release()
+            await self._back(leased)
+            return False
+        self._entered.add(leased)
+        m.inflight.inc()
+        assert self._loop is not None
+        self._timers[leased] = self._loop.call_later(job.expires_at + job.timeout - time.time(), self._abandon, leased)
+        return True
+
+    @staticmethod
+    def slot(job: Job, gate: _HostGate) -> float:
+        """The earliest send time of ``job``: its ``not_before``, the host's gap since this worker's
+        last send, any window the host announced to this worker, and a server-stated interval
+        (Crawl-delay) counted from the end of the host's previous response (§9)."""
+        floor = gate.last_end + job.floor if job.floor and gate.last_end else 0.0
+        return max(job.not_before, gate.last_sent + job.min_gap, gate.closed_until, floor)
+
+    def sent(self, leased: LeasedJob, at: float) -> None:
+        leased.sent_at = at
+        gate = self.gates.get(leased.gate_host)
+        if gate is not None and leased in self._entered:
+            gate.last_sent = max(gate.last_sent, at)
+            gate.idle.set()
+
+    def answered(self, leased: LeasedJob, result: FetchResult) -> None:
+        """A window the host announced closes it to this worker's held jobs, from the moment its
+        headers are in (the body is not waited for: meanwhile another job could be sent)."""
+        gate = self.gates.get(leased.gate_host)
+        if gate is None or leased not in self._entered:
+            return
+        now = time.time()
+        trigger = result.error in NETWORK_ERRORS or result.status in self.backoff_codes(leased.job)
+        closed = gate_seconds(result.status, result.headers, trigger, now)
+        if closed is not None:
+            until = now + with_margin(min(closed[0], self.cfg.throttle.for_scope(leased.gate_host).gate_max))
+            if until > gate.closed_until:
+                gate.closed_until = until
+                log.info("%s: %s, holding its jobs until +%.1fs", leased.gate_host, closed[1], until - now)
+
+    def _unsend(self, leased: LeasedJob) -> None:
+        """No request went out after all: the host's last send is what it was before this job."""
+        gate = self.gates.get(leased.gate_host)
+        if gate is not None and leased in self._entered and gate.last_sent == leased.handed_at and not leased.sent_at:
+            gate.last_sent = leased._prev_sent
+
+    def prune_gates(self, now: float) -> int:
+        """Forget the hosts this worker has not sent to for a while (their gates are idle: nothing
+        holds or waits for them, no window is open), so memory does not grow with every host ever
+        seen. What the frontier schedules does not depend on them; a forgotten host's next job
+        starts a fresh gate. Returns how many were forgotten."""
+        idle_for = max(GATE_IDLE, 2 * self.cfg.frontier.fetch_timeout)
+        stale = [host for host, g in self.gates.items()
+                 if now - max(g.last_sent, g.last_end, g.closed_until) > idle_for
+                 and not g.busy()]  # fmt: skip
+        for host in stale:
+            del self.gates[host]
+        return len(stale)

@@ -1,0 +1,112 @@
+"""What a job's report becomes, in the protocol's order (docs/PROTOCOL.md): the page and its
+follow-ups, acknowledged; then the feedback that closes the lease. A page Kafka refuses becomes a
+small error page; when not even that goes out, no feedback (the lease expires, the job comes
+back). Also the rejection of a job that does not decode."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from confluent_kafka import Message
+
+from frontier.kafka import coordinates
+from topics.schemas import Feedback, Page, Rejected, SchemaError
+from workers.base import JobsBase
+from workers.fetch import is_retryable, throttle_headers
+from workers.followups import follow_ups, page_headers
+from workers.leased import LeasedJob, Outcome
+
+log = logging.getLogger("worker")
+
+
+class Reporting(JobsBase):
+    async def _report(self, leased: LeasedJob, outcome: Outcome) -> None:
+        leased.reported = True
+        self._leave(leased)
+        try:
+            job = leased.job
+            max_body = self.max_body(job)
+            if len(outcome.body) > max_body:
+                outcome.body, outcome.truncated = outcome.body[:max_body], True
+            self.fetched += 1
+            self.metrics.observe(job.kind, "error" if outcome.error else "fetched", outcome.status, outcome.latency)
+            await self._conclude(leased, outcome)
+        finally:
+            self._done(leased)
+
+    async def _conclude(self, leased: LeasedJob, result: Outcome) -> None:
+        """Publish what the fetch produced, then the feedback that closes the lease."""
+        job, item = leased.job, leased.item
+        page_out = False
+        try:
+            if job.kind == "robots":
+                fb = self._feedback(leased, result, "error" if result.error else "fetched", body=result.body)
+                if 300 <= result.status < 400 and "location" in result.headers:
+                    fb.headers["location"] = result.headers["location"][:2048]  # the next hop, for the frontier
+                await self.publisher.report(fb)
+                return
+            if is_retryable(result, self.backoff_codes(job)) and job.retries_left > 0:
+                await self.publisher.report(self._feedback(leased, result, "retry"))
+                return
+            subs = follow_ups(item, result, self.cfg.worker.max_redirects, self.agent)
+            page, *followed = await asyncio.gather(
+                self.publisher.deliver(self.topics.pages, self._page(leased, result), key=item.url.encode()),
+                *(self.publisher.deliver(self.topics.urls, s) for s in subs),
+            )
+            if page:
+                await self._fail(leased, result, f"page_not_published: {page}")
+                return
+            page_out = True
+            if problems := [p for p in followed if p]:
+                log.error("%s: %d of %d follow-ups not published (%s); no feedback: the lease expires and the "
+                          "job comes back", item.url, len(problems), len(subs), problems[0])  # fmt: skip
+                return
+            await self.publisher.report(self._feedback(leased, result, "error" if result.error else "fetched"))
+        except Exception as exc:  # any failure here ends in an "error" result, never in silence
+            log.exception("job %s (%s) failed after its fetch", job.lease, item.url)
+            reason = f"worker_error: {type(exc).__name__}"
+            if page_out or job.kind == "robots":
+                await self.publisher.report(self._feedback(leased, result, "error", error=reason))
+            else:
+                await self._fail(leased, result, reason)
+
+    async def _fail(self, leased: LeasedJob, r: Outcome, reason: str) -> None:
+        """The job's page could not be published: publish a small error page instead and report an
+        error; when not even that goes out, report nothing (the lease expires, the job comes back)."""
+        item = leased.item
+        error_page = Page(url=item.url, status=r.status, outcome="error", error=reason, content_type=r.content_type,
+                          fetched_at=r.sent_at, latency=r.latency, meta=item.meta, worker=self.name)  # fmt: skip
+        problem = await self.publisher.deliver(self.topics.pages, error_page, key=item.url.encode())
+        if problem:
+            log.error("%s: no page published (%s), not even an error page (%s); no feedback: the lease expires "
+                      "and the job comes back", item.url, reason, problem)  # fmt: skip
+            return
+        await self.publisher.report(self._feedback(leased, r, "error", error=reason))
+
+    @staticmethod
+    def _feedback(leased: LeasedJob, r: Outcome, outcome: str, body: bytes = b"", error: str = "") -> Feedback:
+        item, sent = leased.item, outcome not in ("expired", "skipped")
+        return Feedback(lease=leased.job.lease, host=item.host, domain=item.domain, ip=item.ip, url=item.url,
+                        outcome=outcome, status=r.status, latency=r.latency, sent_at=r.sent_at if sent else 0.0,
+                        done_at=r.done_at if sent else 0.0, error=error or r.error,
+                        headers=throttle_headers(r.headers), body=body)  # fmt: skip
+
+    def _page(self, leased: LeasedJob, r: Outcome) -> Page:
+        url = leased.url
+        return Page(
+            url=url, status=r.status, outcome="error" if r.error else "fetched", error=r.error,
+            headers=page_headers(url, r.headers), body=r.body, truncated=r.truncated,
+            content_type=r.content_type, fetched_at=r.sent_at, latency=r.latency, meta=leased.item.meta,
+            worker=self.name,
+        )  # fmt: skip
+
+    async def _reject(self, msg: Message, exc: SchemaError) -> None:
+        topic, partition, offset = coordinates(msg)
+        log.error("undecodable job at %s[%d]@%d: %s", topic, partition, offset, exc)
+        rejected = Rejected(reason=f"undecodable: {exc}", original=msg.value() or b"", topic=topic,
+                            partition=partition, offset=offset)  # fmt: skip
+        try:
+            await self.publisher.reject(rejected)
+        except RuntimeError:
+            log.exception("job at %s[%d]@%d: rejection not published", topic, partition, offset)
