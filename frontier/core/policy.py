@@ -22,7 +22,9 @@ a **floor** timed from the end of the previous response, with a margin (§9); ji
 shortens a gap below it. Gates end with the same margin. (Pausing is an operator's override,
 checked by the partition before it asks: :mod:`frontier.core.control`.)
 
-The state and the events are :mod:`frontier.core.state` (re-exported here).
+The state and the events are :mod:`frontier.core.state` (re-exported here); adaptation is
+:mod:`frontier.core.adapt` and header parsing :mod:`frontier.core.headers`. A little over ~300
+lines: what is left is the order in which THROTTLING.md's rules combine, which reads best whole.
 """
 
 from __future__ import annotations

@@ -26,6 +26,10 @@ frontier's seen-set removes the duplicates a crash may cause). By default it run
 inside each frontier process; with ``frontier.embedded_router = false`` it runs as processes of
 its own (``crawl-frontier router``, :func:`run_router`), which takes URL parsing off the
 frontier's GIL. Either way the router group spreads ``crawl.urls`` partitions over every router.
+
+A little over ~300 lines: the batching (``pack``), the record-by-record rejection and the
+consume-produce-commit loop are one protocol (nothing committed before everything it produced is
+acknowledged); URL parsing and address resolution are already in ``urls.py`` and ``addresses.py``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,10 @@ changelog records are acknowledged: a worker never holds a job whose lease a tak
 restart after ``kill -9``) would not know about, and a report's page is published before its
 report lease is deleted (see ``frontier.partition``). What it reports (status snapshots, the
 gauges, the scopes a live page watches) is :mod:`frontier.service.reporting`.
+
+A little over ~300 lines: the acknowledgement protocol (input events, changelog markers, jobs
+released after their round's records) runs through every handler here; restore, standby, status
+and the owned partitions' bookkeeping are in the modules beside it.
 """
 
 from __future__ import annotations
