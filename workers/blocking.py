@@ -23,15 +23,15 @@ from types import TracebackType
 from typing import Any, TypeVar
 
 from frontier.config import Config
-from topics.schemas import UrlItem
+from topics.schemas import Job
 from workers.jobs import Jobs
-from workers.leased import LeasedJob, Outcome
+from workers.leased import JobFacts, LeasedJob, Outcome
 
 log = logging.getLogger("worker")
 T = TypeVar("T")
 
 
-class BlockingJob:
+class BlockingJob(JobFacts):
     """A :class:`~workers.leased.LeasedJob` for blocking code: the same reports, as blocking calls."""
 
     __slots__ = ("_loop", "leased")
@@ -43,25 +43,8 @@ class BlockingJob:
     def __repr__(self) -> str:
         return f"Blocking{self.leased!r}"
 
-    @property
-    def item(self) -> UrlItem:
-        return self.leased.item
-
-    @property
-    def url(self) -> str:
-        return self.leased.url
-
-    @property
-    def kind(self) -> str:
-        return self.leased.kind
-
-    @property
-    def timeout(self) -> float:
-        return self.leased.timeout
-
-    @property
-    def expires_at(self) -> float:
-        return self.leased.expires_at
+    def _job(self) -> Job:
+        return self.leased.job
 
     @property
     def addresses(self) -> list[str]:

@@ -31,7 +31,37 @@ class AlreadyReported(RuntimeError):
     """A job was reported twice (or after the worker gave it up: see :class:`LeasedJob`)."""
 
 
-class LeasedJob:
+class JobFacts:
+    """What a job says, for both handles (:class:`LeasedJob`, :class:`~workers.blocking.BlockingJob`)."""
+
+    __slots__ = ()
+
+    def _job(self) -> Job:
+        raise NotImplementedError
+
+    @property
+    def item(self) -> UrlItem:
+        return self._job().item
+
+    @property
+    def url(self) -> str:
+        return self._job().item.url
+
+    @property
+    def kind(self) -> str:
+        return self._job().kind
+
+    @property
+    def timeout(self) -> float:
+        """Seconds the fetch may take (the frontier's lease assumes it)."""
+        return self._job().timeout
+
+    @property
+    def expires_at(self) -> float:
+        return self._job().expires_at
+
+
+class LeasedJob(JobFacts):
     """One leased job, handed over when its send slot has come (``not_before``, the host's gap
     since this worker's previous send, any window the host announced, a server-stated floor).
 
@@ -54,27 +84,8 @@ class LeasedJob:
         self.reported = False
         self.addresses: list[str] = []  # the host's addresses, checked against the worker's policy
 
-    # -- what the job says -------------------------------------------------------------------------
-    @property
-    def item(self) -> UrlItem:
-        return self.job.item
-
-    @property
-    def url(self) -> str:
-        return self.job.item.url
-
-    @property
-    def kind(self) -> str:
-        return self.job.kind
-
-    @property
-    def timeout(self) -> float:
-        """Seconds the fetch may take (the frontier's lease assumes it)."""
-        return self.job.timeout
-
-    @property
-    def expires_at(self) -> float:
-        return self.job.expires_at
+    def _job(self) -> Job:
+        return self.job
 
     @property
     def max_body_bytes(self) -> int:
