@@ -208,6 +208,22 @@ async def test_without_a_send_time_the_host_is_timed_from_the_report(site: str) 
     assert gate.last_sent >= fb.done_at - 0.001 and fb.sent_at == fb.done_at and fb.latency == 0.0
 
 
+async def test_a_user_fetcher_past_the_jobs_timeout_is_a_timeout(site: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("workers.worker.TIMEOUT_GRACE", 0.1)
+
+    async def stuck(job: LeasedJob) -> Outcome:
+        await asyncio.sleep(30)
+        return Outcome(status=200)
+
+    producer = FakeProducer()
+    worker = worker_with(Fetcher(stuck), producer)
+    started = time.monotonic()
+    await worker.jobs.handle(message(make_job(site + "/ok", lease="T", timeout=0.3)))  # type: ignore[arg-type]
+    await worker.jobs.publisher.settled()
+    assert time.monotonic() - started < 5
+    assert [(fb.outcome, fb.error) for fb in producer.feedback()] == [("error", "timeout")]
+
+
 def test_a_fetcher_is_loaded_from_module_colon_factory() -> None:
     made = load_fetcher("tests.test_worker_api:factory", CFG)
     assert made.made is factory_made

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import logging
 import signal
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +25,9 @@ from workers.blocking import BlockingJob
 from workers.builtin import AiohttpFetcher
 from workers.jobs import Jobs
 from workers.leased import LeasedJob, Outcome
+
+log = logging.getLogger("worker")
+TIMEOUT_GRACE = 1.0  # seconds a user fetcher may run past the job's timeout before it counts as one
 
 
 class FetcherError(ConfigError):
@@ -96,7 +100,15 @@ class FetchWorker:
         self.jobs.handler = self._fetch
 
     async def _fetch(self, job: LeasedJob) -> Outcome | None:
-        return await self.fetcher.fetch(job)
+        if self.fetcher is self.builtin:
+            return await self.builtin.fetch(job)  # it keeps the timeout itself
+        try:  # a user fetcher gets the job's timeout (and a little more), as the built-in keeps it
+            return await asyncio.wait_for(self.fetcher.fetch(job), job.timeout + TIMEOUT_GRACE)
+        except TimeoutError:
+            if job.reported:
+                return None
+            log.warning("%s: the fetcher took longer than the job's %.0f s timeout", job.url, job.timeout)
+            return Outcome(error="timeout")
 
     def stop(self) -> None:
         self.jobs.stop()
