@@ -79,10 +79,22 @@ def test_set_overrides_delay_and_concurrency_and_clear_restores() -> None:
     assert f.overrides() == {}
 
 
+def test_every_named_scope_a_submission_may_name_can_be_paused() -> None:
+    """Named scopes may hold spaces and "/" (a submission accepts them): commands must reach them."""
+    f = make()
+    sub = Submission(url="http://a.test/1", scopes=["books/api v2"])
+    f.ingest([parse_input(encode(sub))], 0.0)
+    f.control(cmd("pause", "a.test#books/api v2"), 0.0)
+    assert urls_of(f, 100.0) == []  # paused, however long
+    f.control(cmd("resume", "a.test#books/api v2"), 100.0)
+    assert urls_of(f, 100.0) == ["http://a.test/1"]
+
+
 def test_commands_are_validated() -> None:
     for bad in (
         ControlCommand(action="explode", scope="a.test"),
         ControlCommand(action="pause", scope=""),
+        ControlCommand(action="pause", scope="a.test#x\x1fy"),
         ControlCommand(action="set", scope="a.test"),
         ControlCommand(action="set", scope="a.test", delay=-1),
         ControlCommand(action="set", scope="a.test", concurrency=0),

@@ -298,7 +298,9 @@ class ControlCommand(msgspec.Struct, kw_only=True, omit_defaults=True):
     def validate(self) -> None:
         if self.action not in CONTROL_ACTIONS:
             raise ValueError(f"action must be one of {', '.join(CONTROL_ACTIONS)}, got {self.action!r}")
-        if not self.scope or len(self.scope) > 253 or any(c in self.scope for c in " /\x00\x1f"):
+        # the characters a submission's named scopes may hold (spaces and "/" too: "books/api v2"),
+        # so that every scope a URL can be in can be paused; never control characters
+        if not self.scope or len(self.scope) > 253 or any(c < " " or c == "\x7f" for c in self.scope):
             raise ValueError(f"invalid scope {self.scope[:60]!r}")
         if self.action == "set":
             if self.delay is None and self.concurrency is None:
