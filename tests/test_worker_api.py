@@ -23,6 +23,7 @@ from frontier.core import policy
 from frontier.core.state import Done, ScopeState, Sent
 from tests.test_worker_jobs import FakeProducer, message, serving
 from topics.schemas import Feedback, Job, UrlItem
+from workers.blocking import BlockingJob
 from workers.examples import background, partial, threaded_requests
 from workers.leased import AlreadyReported, LeasedJob, Outcome
 from workers.publishing import Publisher
@@ -239,3 +240,107 @@ async def factory_made(job: LeasedJob) -> None:
 
 def factory(cfg: Config) -> object:
     return factory_made
+
+
+# -- review findings (each failed before its fix) -------------------------------------------------------
+
+
+async def test_a_host_is_not_opened_by_an_earlier_job_under_a_later_ones_feet(site: str) -> None:
+    """A says it was sent; B is handed over and has not gone out yet; A's report must not let C
+    go before B has gone out (C would be timed from B's hand-over, not from B's real send)."""
+    producer = FakeProducer()
+    worker = worker_with(None, producer)
+    worker.jobs.handler = None  # the pull shape
+    jobs = [make_job(f"{site}/ok", lease=name) for name in "ABC"]
+    tasks = [asyncio.create_task(worker.jobs.handle(message(j, n))) for n, j in enumerate(jobs)]  # type: ignore[arg-type]
+    a = await worker.jobs.get(2.0)
+    assert a is not None and a.job.lease == "A"
+    a.sent()
+    b = await worker.jobs.get(2.0)
+    assert b is not None and b.job.lease == "B"
+    await a.fetched(200, {})
+    assert await worker.jobs.get(0.3) is None, "C was handed over before B's request went out"
+    b.sent()
+    c = await worker.jobs.get(2.0)
+    assert c is not None and c.job.lease == "C"
+    for job in (b, c):
+        await job.fetched(200, {})
+    await asyncio.gather(*tasks)
+
+
+async def test_a_job_given_up_while_waiting_to_be_taken_is_skipped_by_get(site: str) -> None:
+    producer = FakeProducer()
+    worker = worker_with(None, producer)
+    worker.jobs.handler = None
+    worker.jobs._start(message(make_job(site + "/ok", lease="G", expires_in=0.2, timeout=0.1)))  # type: ignore[arg-type]
+    deadline = time.monotonic() + 5
+    while worker.jobs.tracker.open_count() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)  # never taken: given up at expires_at + timeout
+    assert worker.jobs.tracker.open_count() == 0
+    assert await worker.jobs.get(0.3) is None  # no AlreadyReported from a job given up in the queue
+
+
+async def test_a_window_announced_after_the_hand_over_sends_the_taken_job_back(site: str) -> None:
+    producer = FakeProducer()
+    worker = worker_with(None, producer)
+    worker.jobs.handler = None
+    for n, name in enumerate("AB"):
+        worker.jobs._start(message(make_job(site + "/ok", lease=name), n))  # type: ignore[arg-type]
+    a = await worker.jobs.get(2.0)
+    assert a is not None
+    a.sent()
+    deadline = time.monotonic() + 5
+    while worker.jobs._ready is not None and worker.jobs._ready.empty() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)  # B handed over behind A
+    a.answered(429, {"Retry-After": "30"})
+    assert await worker.jobs.get(0.3) is None, "a job was handed out inside the window the host announced"
+    await a.fetched(429, {"Retry-After": "30"})
+    await worker.jobs.publisher.settled()
+    assert {fb.lease: fb.outcome for fb in producer.feedback()}["B"] == "expired"
+
+
+async def test_a_fetcher_cancelled_at_its_timeout_inside_async_with_job_reports_a_timeout(
+    site: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("workers.worker.TIMEOUT_GRACE", 0.1)
+
+    async def stuck(job: LeasedJob) -> None:
+        async with job:  # as docs/WORKERS.md shows: a cancellation is not the job's error
+            await asyncio.sleep(30)
+
+    producer = FakeProducer()
+    worker = worker_with(Fetcher(stuck), producer)
+    await worker.jobs.handle(message(make_job(site + "/ok", lease="T", timeout=0.3)))  # type: ignore[arg-type]
+    await worker.jobs.publisher.settled()
+    assert [(fb.outcome, fb.error) for fb in producer.feedback()] == [("error", "timeout")]
+
+
+async def test_plain_function_fetchers_run_as_many_at_once_as_the_workers_concurrency(site: str) -> None:
+    import threading
+
+    width = 8
+    together = threading.Barrier(width, timeout=5)
+
+    def fetch(job: BlockingJob) -> Outcome:
+        together.wait()  # passes only when `width` fetches run at once (the default pool has 6 threads here)
+        return Outcome(status=200)
+
+    producer = FakeProducer()
+    worker = FetchWorker(CFG, concurrency=width, name="wide", fetcher=Fetcher(fetch))
+    worker.jobs.publisher = Publisher(producer, CFG.topics)  # type: ignore[arg-type]
+    worker.jobs._bind()
+    jobs = [Job(lease=f"W{n}", item=UrlItem(url=f"{site}/ok", host=f"h{n}.test", domain=f"h{n}.test"),
+                not_before=time.time(), expires_at=time.time() + 30, timeout=10) for n in range(width)]  # fmt: skip
+    await asyncio.gather(*(worker.jobs.handle(message(j, n)) for n, j in enumerate(jobs)))  # type: ignore[arg-type]
+    await worker.jobs.publisher.settled()
+    await worker.fetcher.close()
+    assert sorted(fb.outcome for fb in producer.feedback()) == ["fetched"] * width
+
+
+async def test_an_outcome_with_a_headers_object_is_published(site: str) -> None:
+    async def answer(job: LeasedJob) -> Outcome:
+        return Outcome(status=200, headers=httpx.Headers({"Retry-After": "1"}))  # type: ignore[arg-type]
+
+    producer, _ = await run_with(Fetcher(answer), site, "/ok")
+    assert [(fb.outcome, fb.status) for fb in producer.feedback()] == [("fetched", 200)]
+    assert producer.pages()[0].status == 200

@@ -76,6 +76,7 @@ class JobsBase:
         self._closing = False
         self._poller: asyncio.Task[None] | None = None
         self._consumer: Consumer | None = None
+        self.failure: BaseException | None = None  # the consumer's, if it failed (raised by serve())
         self._builtin: Any = None  # the built-in fetcher, when internal kinds needed it
 
     def _bind(self) -> None:
@@ -122,7 +123,9 @@ class JobsBase:
         self._entered.discard(leased)
         gate = self.gates.get(leased.gate_host)
         if gate is not None:
-            gate.idle.set()
+            if leased.holds_idle:  # its request never said it went out: the host's next may go now
+                leased.holds_idle = False
+                gate.idle.set()
             gate.leave()
         assert self._slots is not None
         self._slots.release()

@@ -58,6 +58,7 @@ class Holding(JobsBase):
                         leased._prev_sent = gate.last_sent
                         gate.last_sent = leased.handed_at = time.time()
                         gate.idle.clear()
+                        leased.holds_idle = True
             except BaseException:
                 gate.leave()
                 self._slots.release()
@@ -88,7 +89,9 @@ class Holding(JobsBase):
         gate = self.gates.get(leased.gate_host)
         if gate is not None and leased in self._entered:
             gate.last_sent = max(gate.last_sent, at)
-            gate.idle.set()
+            if leased.holds_idle:  # once: a second sent() must not open the gate under a later job
+                leased.holds_idle = False
+                gate.idle.set()
 
     def answered(self, leased: LeasedJob, result: FetchResult) -> None:
         """A window the host announced closes it to this worker's held jobs, from the moment its

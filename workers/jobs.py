@@ -22,7 +22,6 @@ here the life, the shapes, one job's way through, and the reports' entry points.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 
@@ -89,12 +88,17 @@ class Jobs(Holding, Reporting, Consuming):
         self.stop()
         self._closing = True
         if self._poller is not None:
-            with contextlib.suppress(Exception):
+            try:
                 await self._poller
+            except Exception as exc:  # noqa: BLE001 - kept: serve() raises it once closed
+                log.error("the worker's consumer failed: %s: %s", type(exc).__name__, exc)
+                self.failure = exc
         for task in list(self._holding):
             task.cancel()  # handed back (see handle): nothing was sent
         while self._ready is not None and not self._ready.empty():
-            await self.release(self._ready.get_nowait())
+            job = self._ready.get_nowait()
+            if not job.reported:
+                await self.release(job)
         running = {t for ts in self._running.values() for t in ts}
         deadline = time.monotonic() + self.cfg.frontier.fetch_timeout + 5
         while (running or self._timers) and time.monotonic() < deadline:
@@ -116,6 +120,8 @@ class Jobs(Holding, Reporting, Consuming):
         async with self:
             while not self._stop.is_set() and self._poller is not None and not self._poller.done():
                 await asyncio.sleep(0.1)
+        if self.failure is not None:
+            raise RuntimeError("the worker's consumer failed") from self.failure
 
     def __aiter__(self) -> Jobs:
         return self
@@ -145,7 +151,13 @@ class Jobs(Holding, Reporting, Consuming):
                 job = await asyncio.wait_for(ready.get(), wait)
             except TimeoutError:
                 continue
-            if time.time() > job.expires_at:  # taken too late: the frontier has freed its slot
+            if job.reported:
+                continue  # given up while it waited to be taken (see _abandon)
+            now = time.time()
+            gate = self.gates.get(job.gate_host)
+            if now > job.expires_at or (gate is not None and gate.closed_until > now):
+                # taken too late (the frontier has freed its slot), or the host announced a window
+                # since it was handed over (an earlier job's 429): back to the frontier, unsent
                 await self.release(job)
                 continue
             return job
@@ -217,7 +229,7 @@ class Jobs(Holding, Reporting, Consuming):
         self._claim(leased)
         now = time.time()
         done = outcome.done_at = min(outcome.done_at or now, now)
-        if any(not k.islower() for k in outcome.headers):
+        if type(outcome.headers) is not dict or any(not k.islower() for k in outcome.headers):
             outcome.headers = {k.lower(): str(v) for k, v in outcome.headers.items()}
         # The host's next request is timed from this one's send: a time it surely went out by. Not
         # told (no sent_at, no sent()), that is the report itself; the feedback then says the

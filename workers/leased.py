@@ -71,7 +71,8 @@ class LeasedJob(JobFacts):
     :class:`AlreadyReported`.
     """
 
-    __slots__ = ("_coords", "_jobs", "_prev_sent", "addresses", "gate_host", "handed_at", "job", "reported", "sent_at")
+    __slots__ = ("_coords", "_jobs", "_prev_sent", "addresses", "gate_host", "handed_at", "holds_idle", "job",
+                 "reported", "sent_at")  # fmt: skip
 
     def __init__(self, jobs: Jobs, job: Job, coords: tuple[str, int, int]) -> None:
         self._jobs = jobs
@@ -81,6 +82,9 @@ class LeasedJob(JobFacts):
         self.handed_at = 0.0  # when it was handed over (the send time assumed if none is reported)
         self.sent_at = 0.0  # when user code said the request went out (sent())
         self._prev_sent = 0.0  # the host's last send before this job's slot (restored by skip/release)
+        # the host's gate waits for this job's request to go out: only this job may open it (sent()
+        # or leaving), once; a job that left earlier must not open it under a later one's feet
+        self.holds_idle = False
         self.reported = False
         self.addresses: list[str] = []  # the host's addresses, checked against the worker's policy
 
@@ -160,10 +164,12 @@ class LeasedJob(JobFacts):
     ) -> None:
         if self.reported:
             return
-        if exc is not None:
+        if isinstance(exc, Exception):
             await self.failed(f"worker:{type(exc).__name__}")
-        else:
+        elif exc is None:
             await self.release()
+        # a cancellation (a timeout, a revoke) or an interrupt is not the job's result: the caller
+        # decides (the project's worker reports a timeout; a revoke leaves it to the lease)
 
 
 def _lower(headers: Mapping[str, Any]) -> dict[str, str]:

@@ -12,6 +12,7 @@ in a thread and given a :class:`~workers.blocking.BlockingJob`; it returns an
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import importlib
 import inspect
 import logging
@@ -35,10 +36,14 @@ class FetcherError(ConfigError):
 
 
 class Fetcher:
-    """A user fetcher made uniform: ``await fetch(job)`` and ``await close()``."""
+    """A user fetcher made uniform: ``await fetch(job)`` and ``await close()``. A plain function
+    runs on a pool of its own, ``threads`` wide (the worker sets its concurrency): it starts as
+    soon as its job is handed over, and never starves the worker's consumer of threads."""
 
-    def __init__(self, made: Any) -> None:
+    def __init__(self, made: Any, threads: int = 0) -> None:
         self.made = made
+        self.threads = threads
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         fn = getattr(made, "fetch", made)
         if not callable(fn):
             raise FetcherError(f"{made!r} has no fetch(job) and is not callable")
@@ -46,13 +51,19 @@ class Fetcher:
         self._async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(type(fn).__call__)
 
     async def fetch(self, job: LeasedJob) -> Outcome | None:
+        result: Outcome | None
         if self._async:
-            result: Outcome | None = await self._fn(job)
+            result = await self._fn(job)
             return result
         loop = asyncio.get_running_loop()
-        return await asyncio.to_thread(self._fn, BlockingJob(job, loop))
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(self.threads or 16, "fetcher")
+        result = await loop.run_in_executor(self._pool, self._fn, BlockingJob(job, loop))
+        return result
 
     async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
         close = getattr(self.made, "close", None)
         if close is None:
             return
@@ -94,6 +105,8 @@ class FetchWorker:
         builtin = fetcher is None
         self.builtin = AiohttpFetcher(cfg, concurrency)
         self.fetcher: Fetcher | AiohttpFetcher = self.builtin if fetcher is None else fetcher
+        if fetcher is not None and not fetcher.threads:
+            fetcher.threads = concurrency
         self.jobs = Jobs(cfg, concurrency=concurrency, name=name, kafka=kafka,
                          kinds=("page", "robots") if builtin else ("page",), check_addresses=not builtin,
                          internal=self.builtin.fetch)  # fmt: skip

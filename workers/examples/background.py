@@ -11,6 +11,7 @@ answer; the processes need no coordination between them.
 from __future__ import annotations
 
 import hashlib
+import http.client
 import logging
 import signal
 import time
@@ -48,7 +49,24 @@ def fetch(job: BlockingJob, agent: str) -> None:
         latency = time.time() - started
         headers: Message = response.headers
         job.answered(response.status, dict(headers.items()))
-        body = response.read(job.max_body_bytes + 1)
+        body = b""
+        try:
+            while len(body) <= job.max_body_bytes:
+                chunk = response.read(65536)
+                if not chunk:
+                    break
+                body += chunk
+                if time.time() > started + job.timeout:
+                    raise TimeoutError  # a body that trickles: the job's timeout counts in all
+        except TimeoutError:
+            job.failed("timeout")
+            return
+        except http.client.IncompleteRead:
+            job.failed("truncated")
+            return
+        except OSError:
+            job.failed("reset")
+            return
     job.fetched(response.status, dict(headers.items()), body, latency=latency)
 
 
@@ -70,8 +88,11 @@ def main() -> None:
                 if jobs.jobs.stopped:
                     break
                 continue
-            with job:  # an exception is reported as an error; an unreported job is released
-                fetch(job, cfg.worker.user_agent)
+            try:
+                with job:  # an exception is reported as an error; an unreported job is released
+                    fetch(job, cfg.worker.user_agent)
+            except Exception:  # reported (above): one bad job must not end the process's own work
+                log.exception("crawl job %s failed", job.url)
             fetched += 1
     log.info("stopped: %d units of own work, %d crawl jobs", done, fetched)
 

@@ -28,7 +28,7 @@ async def fetch(client: httpx.AsyncClient, job: LeasedJob) -> None:
     async with job:
         started = time.time()
         try:
-            async with client.stream("GET", job.url, timeout=job.timeout) as r:
+            async with asyncio.timeout(job.timeout), client.stream("GET", job.url, timeout=job.timeout) as r:
                 job.sent()  # the headers are in: the request surely went out
                 latency = time.time() - started
                 job.answered(r.status_code, r.headers)
@@ -37,6 +37,9 @@ async def fetch(client: httpx.AsyncClient, job: LeasedJob) -> None:
                     body += chunk
                     if len(body) > job.max_body_bytes:
                         break
+        except TimeoutError:  # the job's timeout counts in all (httpx times each read)
+            await job.failed("timeout")
+            return
         except httpx.HTTPError as exc:
             kind = next((name for cls, name in NETWORK.items() if isinstance(exc, cls)), f"client:{type(exc).__name__}")
             await job.failed(kind)

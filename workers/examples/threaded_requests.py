@@ -34,18 +34,30 @@ def session() -> requests.Session:
 
 
 def fetch(job: BlockingJob) -> Outcome:
+    """One GET, within the job's timeout in all (``requests`` times each read, not the whole)."""
+    deadline = time.time() + job.timeout
+    answered = False
     try:
         with session().get(job.url, timeout=job.timeout, allow_redirects=False, stream=True,
                            headers={"User-Agent": USER_AGENT}) as r:  # fmt: skip
+            answered = True
             job.sent()  # the headers are in: the request surely went out
             job.answered(r.status_code, r.headers)  # a 429 + Retry-After closes the host's gate now
-            body = r.raw.read(job.max_body_bytes + 1, decode_content=True)
-            return Outcome(status=r.status_code, headers=dict(r.headers), body=body,
+            body = bytearray()
+            for chunk in r.iter_content(65536):
+                body += chunk
+                if len(body) > job.max_body_bytes:
+                    break
+                if time.time() > deadline:
+                    return Outcome(error="timeout")  # a body that trickles
+            return Outcome(status=r.status_code, headers=dict(r.headers), body=bytes(body),
                            latency=r.elapsed.total_seconds(), done_at=time.time())  # fmt: skip
     except requests.Timeout:
         return Outcome(error="timeout")
+    except (requests.exceptions.ChunkedEncodingError, requests.exceptions.ContentDecodingError):
+        return Outcome(error="truncated")
     except requests.ConnectionError:
-        return Outcome(error="connect")
+        return Outcome(error="reset" if answered else "connect")
 
 
 USER_AGENT = "kafka-crawl-frontier/0.1 (+https://example.invalid/bot)"
