@@ -120,4 +120,11 @@ def _take(consumer: Consumer, most: int) -> list[Message]:
     first = consumer.poll(0.1)
     if first is None:
         return []
-    return [first, *consumer.consume(most - 1, timeout=0)] if most > 1 else [first]
+    if most <= 1:
+        return [first]
+    taken = [first, *consumer.consume(most - 1, timeout=0)]
+    # A revoke served inside consume() committed its partitions before ``first`` was tracked: their
+    # new owner gets that job again, so this worker must drop it (two workers fetching one job, each
+    # with its own host gate, could send to the host closer than its delay).
+    owned = {(tp.topic, tp.partition) for tp in consumer.assignment()}
+    return [m for m in taken if m.error() is not None or (m.topic(), m.partition()) in owned]

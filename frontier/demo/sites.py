@@ -9,6 +9,7 @@ these server-side logs, never from the crawler's own account.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import socket
 import threading
@@ -17,6 +18,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from aiohttp import web
+
+STALL_TICK = 0.005  # seconds between two looks at the fleet's event loop
+STALL_MIN = 0.01  # a loop that wakes up this much later than asked is recorded as stalled
 
 
 class Bucketed(Protocol):
@@ -89,6 +93,10 @@ class SiteFleet:
         self._thread: threading.Thread | None = None
         self._runners: list[web.AppRunner] = []
         self._ready = threading.Event()
+        # When the fleet's own event loop stopped answering (epoch seconds, how long): a request that
+        # arrives meanwhile is stamped late, so the gap before it looks longer and the one after it
+        # shorter than the crawler made them (a starved test process, not an impolite crawler).
+        self.stalls: list[tuple[float, float]] = []
 
     def roots(self) -> list[str]:
         return [s.url(self.port) for s in self.sites]
@@ -98,6 +106,18 @@ class SiteFleet:
 
     def site(self, host: str) -> Site:
         return next(s for s in self.sites if s.host == host)
+
+    def stalls_between(self, start: float, end: float) -> list[tuple[float, float]]:
+        """The stalls that overlap ``[start, end]`` (epoch seconds)."""
+        return [(t, d) for t, d in self.stalls if t <= end and t + d >= start]
+
+    async def _watch(self) -> None:
+        while True:
+            t = time.time()
+            await asyncio.sleep(STALL_TICK)
+            late = time.time() - t - STALL_TICK
+            if late > STALL_MIN:
+                self.stalls.append((t, late))
 
     async def respond(self, site: Site, request: web.Request, hit: Hit) -> web.Response:
         """Serve one request (override for sites with other behaviour)."""
@@ -154,8 +174,12 @@ class SiteFleet:
                 self._runners.append(runner)
 
         loop.run_until_complete(start_all())
+        watch = loop.create_task(self._watch())
         self._ready.set()
         loop.run_forever()
+        watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            loop.run_until_complete(watch)
         for runner in self._runners:
             loop.run_until_complete(runner.cleanup())
         loop.close()
