@@ -32,6 +32,7 @@ from workers.publishing import Publisher
 
 log = logging.getLogger("worker")
 
+CODES_CACHED = 10_000  # scope sets whose backoff codes are kept
 InternalFetcher = Callable[[LeasedJob], Awaitable[Outcome]]
 Handler = Callable[[LeasedJob], Awaitable[Outcome | None]]
 
@@ -76,6 +77,7 @@ class JobsBase:
         self._closing = False
         self._poller: asyncio.Task[None] | None = None
         self._consumer: Consumer | None = None
+        self._codes: dict[tuple[str, ...], frozenset[int]] = {}  # backoff codes by scopes (bounded)
         self.failure: BaseException | None = None  # the consumer's, if it failed (raised by serve())
         self._builtin: Any = None  # the built-in fetcher, when internal kinds needed it
 
@@ -113,8 +115,15 @@ class JobsBase:
     def backoff_codes(self, job: Job) -> frozenset[int]:
         """The statuses the frontier backs off on for this URL's scopes: only those are retried."""
         item = job.item
-        names = [item.host, item.domain, *item.scopes]
-        return frozenset(code for name in names for code in self.cfg.throttle.for_scope(name).backoff.codes)
+        key = (item.host, item.domain, *item.scopes)
+        codes = self._codes.get(key)
+        if codes is None:  # the configuration never changes: asked three times per job, built once
+            if len(self._codes) >= CODES_CACHED:
+                self._codes.clear()
+            codes = self._codes[key] = frozenset(
+                code for name in key for code in self.cfg.throttle.for_scope(name).backoff.codes
+            )
+        return codes
 
     def _leave(self, leased: LeasedJob) -> None:
         """Give back the job's slot and its host's gate (once)."""
