@@ -9,8 +9,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from deploy.kafka import free_port
 from frontier.intake.urls import parse_input
+from tests.test_worker_jobs import serving
 from workers.fetch import fetch
 from workers.safety import AddressPolicy, SafeConnector
 
@@ -27,19 +27,14 @@ def test_numeric_forms_are_fetched_as_the_plain_address_and_blocked(spelled: str
 
 
 async def test_a_worker_blocks_every_spelling_of_a_loopback_server() -> None:
-    app = web.Application()
     hits: list[str] = []
 
     async def ok(request: web.Request) -> web.Response:
         hits.append(request.host)
         return web.Response(text="ok")
 
-    app.router.add_get("/", ok)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    try:
+    async with serving(ok, "127.0.0.1") as base:
+        port = int(base.rsplit(":", 1)[1])
         async with aiohttp.ClientSession(connector=SafeConnector(AddressPolicy())) as strict:
             for spelled in LOOPBACK:
                 raw = f"http://{spelled}:{port}/"
@@ -55,5 +50,3 @@ async def test_a_worker_blocks_every_spelling_of_a_loopback_server() -> None:
                 r = await fetch(local, parse_input(f"http://{spelled}:{port}/".encode()).url, 5, 1000)
                 assert (r.error, r.status, r.body) == ("", 200, b"ok"), spelled
         assert hits == [f"127.0.0.1:{port}"] * len(LOOPBACK)  # the plain address in the Host header
-    finally:
-        await runner.cleanup()

@@ -6,7 +6,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from deploy.kafka import free_port
+from tests.test_worker_jobs import serving
 from workers.fetch import fetch
 from workers.safety import AddressPolicy, SafeConnector
 
@@ -44,17 +44,11 @@ def test_allow_list_opens_only_what_it_names() -> None:
 
 
 async def test_fetch_is_blocked_then_allowed_by_configuration() -> None:
-    app = web.Application()
-
     async def ok(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    app.router.add_get("/", ok)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.88", port).start()
-    try:
+    async with serving(ok, "127.0.0.88") as base:
+        port = int(base.rsplit(":", 1)[1])
         async with aiohttp.ClientSession(connector=SafeConnector(AddressPolicy())) as strict:
             blocked = await fetch(strict, f"http://127.0.0.88:{port}/", 5, 1000)
             by_name = await fetch(strict, f"http://localhost:{port}/", 5, 1000)
@@ -64,5 +58,3 @@ async def test_fetch_is_blocked_then_allowed_by_configuration() -> None:
         async with aiohttp.ClientSession(connector=SafeConnector(AddressPolicy(["127.0.0.0/8"]))) as local:
             allowed = await fetch(local, f"http://127.0.0.88:{port}/", 5, 1000)
         assert (allowed.error, allowed.status, allowed.body) == ("", 200, b"ok")
-    finally:
-        await runner.cleanup()

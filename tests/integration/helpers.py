@@ -54,11 +54,17 @@ class Pages:
 
 
 def politeness_failures(fleet: SiteFleet, delay: float, concurrency: int, tolerance: float = 0.03) -> list[str]:
+    """What the sites saw against ``delay`` and ``concurrency``; a short gap names the two requests
+    and any stall of the fleet's own event loop around them (a late stamp, not an early send)."""
     failures = []
     for site in fleet.sites:
         gap = site.min_gap()
         if gap is not None and gap < delay - tolerance:
-            failures.append(f"{site.host}: two requests {gap:.3f}s apart (delay {delay})")
+            starts = sorted(h.start for h in site.hits)
+            a, b = min(itertools.pairwise(starts), key=lambda pair: pair[1] - pair[0])
+            stalls = [(round(t - a, 3), round(d, 3)) for t, d in fleet.stalls_between(a - 0.5, b)]
+            failures.append(f"{site.host}: two requests {gap:.3f}s apart (delay {delay}); fleet stalls around "
+                            f"them (start after the first, seconds): {stalls}")  # fmt: skip
         if site.max_active > concurrency:
             failures.append(f"{site.host}: {site.max_active} concurrent requests (cap {concurrency})")
     return failures
