@@ -344,3 +344,34 @@ async def test_an_outcome_with_a_headers_object_is_published(site: str) -> None:
     producer, _ = await run_with(Fetcher(answer), site, "/ok")
     assert [(fb.outcome, fb.status) for fb in producer.feedback()] == [("fetched", 200)]
     assert producer.pages()[0].status == 200
+
+
+async def test_a_thread_past_its_timeout_keeps_the_host_closed_until_it_ends(
+    site: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain-function fetcher cannot be stopped: reported as a timeout, its request may still be
+    on its way, so the host's next job waits for the thread, not for the report."""
+    monkeypatch.setattr("workers.worker.TIMEOUT_GRACE", 0.1)
+    ended: dict[str, float] = {}
+    started: dict[str, float] = {}
+
+    def fetch(job: BlockingJob) -> Outcome:
+        started[job.leased.job.lease] = time.time()
+        if job.leased.job.lease == "A":
+            time.sleep(1.0)  # a connect that takes its time: nothing says the request left
+        ended[job.leased.job.lease] = time.time()
+        return Outcome(status=200)
+
+    producer = FakeProducer()
+    worker = worker_with(Fetcher(fetch), producer)
+    a = make_job(site + "/ok", lease="A", timeout=0.2)
+    b = make_job(site + "/ok", lease="B")
+    await asyncio.gather(*(worker.jobs.handle(message(j, n)) for n, j in enumerate((a, b))))  # type: ignore[arg-type]
+    await worker.jobs.publisher.settled()
+    deadline = time.monotonic() + 5
+    while "A" not in ended:  # the thread outlives its report
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    await worker.fetcher.close()
+    assert {fb.lease: fb.error for fb in producer.feedback()} == {"A": "timeout", "B": ""}
+    assert started["B"] >= ended["A"], "the host's next job went while the timed-out thread could still send"

@@ -93,6 +93,21 @@ class Holding(JobsBase):
                 leased.holds_idle = False
                 gate.idle.set()
 
+    def keep_gate_until(self, leased: LeasedJob, done: asyncio.Future[object]) -> None:
+        """The job is being reported (a timeout) while its fetch may still send (a thread that
+        cannot be stopped): the host's next job waits for ``done``, not for the report."""
+        gate = self.gates.get(leased.gate_host)
+        if gate is None or leased not in self._entered or not leased.holds_idle or done.done():
+            return
+        leased.holds_idle = False  # leaving will not open the gate: the fetch's end does
+        gate.enter()  # and it is not forgotten meanwhile
+
+        def opened(_: object) -> None:
+            gate.idle.set()
+            gate.leave()
+
+        done.add_done_callback(opened)
+
     def answered(self, leased: LeasedJob, result: FetchResult) -> None:
         """A window the host announced closes it to this worker's held jobs, from the moment its
         headers are in (the body is not waited for: meanwhile another job could be sent)."""

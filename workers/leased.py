@@ -13,6 +13,7 @@ and a job left without a report as released.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -111,6 +112,11 @@ class LeasedJob(JobFacts):
         """The response headers are in: a window the host announces (Retry-After on a 429 or 503,
         RateLimit remaining 0) closes its gate to this worker's held jobs now, not at the report."""
         self._jobs.answered(self, FetchResult(status=status, headers=_lower(headers)))
+
+    def keep_gate_until(self, done: asyncio.Future[object]) -> None:
+        """For fetcher adapters: the job is reported before its fetch has surely ended (a thread
+        past its timeout); the host's next job waits until ``done``."""
+        self._jobs.keep_gate_until(self, done)
 
     # -- the report --------------------------------------------------------------------------------
     async def finish(self, outcome: Outcome) -> None:

@@ -58,7 +58,12 @@ class Fetcher:
         loop = asyncio.get_running_loop()
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(self.threads or 16, "fetcher")
-        result = await loop.run_in_executor(self._pool, self._fn, BlockingJob(job, loop))
+        running = loop.run_in_executor(self._pool, self._fn, BlockingJob(job, loop))
+        try:
+            result = await asyncio.shield(running)
+        except asyncio.CancelledError:  # its timeout: a thread cannot be stopped, and may still send
+            job.keep_gate_until(running)
+            raise
         return result
 
     async def close(self) -> None:
