@@ -47,7 +47,7 @@ class SampleKV:
     def delete(self, key: bytes) -> None:
         self.kept.pop(key, None)
 
-    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    def scan(self, prefix: bytes, after: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         return iter(())
 
     def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:

@@ -27,9 +27,10 @@ def test_prefix_end_is_the_next_key_after_the_prefix_range() -> None:
     puts=st.lists(KEYS, max_size=40),
     deletes=st.lists(KEYS, max_size=40),
     prefixes=st.lists(st.binary(min_size=1, max_size=3), min_size=1, max_size=6),
+    afters=st.lists(KEYS, max_size=4),
 )
 def test_scans_match_the_memory_store(tmp_path: Path, puts: list[bytes], deletes: list[bytes],
-                                      prefixes: list[bytes]) -> None:  # fmt: skip
+                                      prefixes: list[bytes], afters: list[bytes]) -> None:  # fmt: skip
     path = tmp_path / f"db{abs(hash((tuple(puts), tuple(deletes), tuple(prefixes))))}"
     rocks, memory = RocksKV(path), MemoryKV()
     try:
@@ -39,8 +40,14 @@ def test_scans_match_the_memory_store(tmp_path: Path, puts: list[bytes], deletes
             for key in deletes:
                 kv.delete(key)
         for prefix in [*prefixes, b"\xff", b"\xff\xff"]:
-            assert list(rocks.scan(prefix)) == list(memory.scan(prefix))
+            whole = list(memory.scan(prefix))
+            assert list(rocks.scan(prefix)) == whole
             assert rocks.first(prefix) == memory.first(prefix)
+            # resumed after a key: present, deleted, never written, before or past the prefix
+            for after in [*afters, *puts[:3], *deletes[:2], prefix, prefix + b"\xff"]:
+                expected = [(k, v) for k, v in whole if k > after]
+                assert list(rocks.scan(prefix, after=after)) == expected, after
+                assert list(memory.scan(prefix, after=after)) == expected, after
     finally:
         rocks.close()
         RocksKV.destroy(path)

@@ -117,10 +117,8 @@ class SeenSet(PartitionBase):
             return Sweep(0, 0)
         looked = forgotten = 0
         for _ in range(SWEEP_SLICES_PER_CALL):
-            after = self._sweep_after
-            for key, value in self.kv.scan(seen_slice(self._sweep_slice)):
-                if key <= after:
-                    continue  # looked at by an earlier call (the slice is resumed, not restarted)
+            # resumed where the previous call stopped in this slice, not restarted
+            for key, value in self.kv.scan(seen_slice(self._sweep_slice), after=self._sweep_after):
                 if looked >= limit:
                     self.stats.forgotten += forgotten
                     return Sweep(looked, forgotten)

@@ -104,7 +104,7 @@ class RocksKV:
     def delete(self, key: bytes) -> None:
         del self._db[key]
 
-    def scan(self, prefix: bytes) -> Iterator[tuple[bytes, bytes]]:
+    def scan(self, prefix: bytes, after: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         # Bounded to the prefix: without an upper bound, a seek into an emptied range walks every
         # deleted entry after it (until compaction), e.g. 0.9 ms per seek past 20,000 drained queues.
         bound = prefix_end(prefix)
@@ -114,12 +114,13 @@ class RocksKV:
             options = ReadOptions()
             options.set_iterate_upper_bound(bound)
             it = self._db.iter(options)
-        it.seek(prefix)
+        it.seek(max(after, prefix))
         while it.valid():
             key = it.key()
             if not key.startswith(prefix):
                 return
-            yield key, it.value()
+            if key != after:  # seek lands on ``after`` itself when it is still there
+                yield key, it.value()
             it.next()
 
     def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:
