@@ -139,18 +139,20 @@ class Jobs(Holding, Reporting, Consuming):
         assert ready is not None, "use `async with Jobs(...) as jobs`"
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if ready.empty():
+            if not ready.empty():
+                job = ready.get_nowait()  # get(0) takes a waiting job too
+            else:
                 if self._poller is not None and self._poller.done() and self._poller.exception() is not None:
                     raise RuntimeError("the worker's consumer failed") from self._poller.exception()
                 if self._stop.is_set():
                     return None
-            wait = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
-            if wait <= 0:
-                return None
-            try:
-                job = await asyncio.wait_for(ready.get(), wait)
-            except TimeoutError:
-                continue
+                wait = 0.2 if deadline is None else min(0.2, deadline - time.monotonic())
+                if wait <= 0:
+                    return None
+                try:
+                    job = await asyncio.wait_for(ready.get(), wait)
+                except TimeoutError:
+                    continue
             if job.reported:
                 continue  # given up while it waited to be taken (see _abandon)
             now = time.time()
