@@ -5,6 +5,7 @@ politeness from those logs, so a failure must show whether the fleet itself was 
 import time
 
 from frontier.demo.sites import SiteFleet
+from frontier.demo.stack import wait_until
 
 
 def test_a_stalled_fleet_loop_is_recorded() -> None:
@@ -13,9 +14,7 @@ def test_a_stalled_fleet_loop_is_recorded() -> None:
         assert fleet._loop is not None
         before = time.time()
         fleet._loop.call_soon_threadsafe(time.sleep, 0.08)  # what a starved process looks like to the loop
-        deadline = time.monotonic() + 5
-        while not any(d >= 0.06 for _, d in fleet.stalls_between(before, time.time())):
-            assert time.monotonic() < deadline, f"the stall was not recorded: {fleet.stalls}"
-            time.sleep(0.01)
+        wait_until(lambda: any(d >= 0.06 for _, d in fleet.stalls_between(before, time.time())), timeout=5,
+                   interval=0.01, what="the stall to be recorded")  # fmt: skip
     finally:
         fleet.stop()

@@ -94,7 +94,7 @@ class JobsBase:
         raise NotImplementedError
 
     async def _back(self, leased: LeasedJob) -> None:
-        """Hand the job back unfetched (:class:`~workers.jobs.Jobs`)."""
+        """Hand the job back unfetched (:class:`~workers.reporting.Reporting`)."""
         raise NotImplementedError
 
     def _abandon(self, leased: LeasedJob) -> None:

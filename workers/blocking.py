@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import logging
 import threading
-from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from frontier.config import Config
 from topics.schemas import Job
@@ -29,6 +30,33 @@ from workers.leased import JobFacts, LeasedJob, Outcome
 
 log = logging.getLogger("worker")
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def _blocking(
+    method: Callable[Concatenate[LeasedJob, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[BlockingJob, P], T]:
+    """``method`` of the job in hand, as a blocking call from any thread."""
+
+    def call(self: BlockingJob, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._call(method(self.leased, *args, **kwargs))
+
+    functools.update_wrapper(call, method)  # its name and documentation
+    return call
+
+
+def _on_loop(method: Callable[Concatenate[LeasedJob, P], None]) -> Callable[Concatenate[BlockingJob, P], None]:
+    """A plain ``method`` of the job in hand, run on the loop's thread (the gates' events are not
+    thread-safe) and waited for."""
+
+    async def run(leased: LeasedJob, /, *args: P.args, **kwargs: P.kwargs) -> None:
+        method(leased, *args, **kwargs)
+
+    def call(self: BlockingJob, /, *args: P.args, **kwargs: P.kwargs) -> None:
+        self._call(run(self.leased, *args, **kwargs))
+
+    functools.update_wrapper(call, method)
+    return call
 
 
 class BlockingJob(JobFacts):
@@ -61,48 +89,21 @@ class BlockingJob(JobFacts):
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
 
-    def sent(self, at: float | None = None) -> None:
-        self._call(_run(self.leased.sent, at))
-
-    def answered(self, status: int, headers: Mapping[str, str]) -> None:
-        self._call(_run(self.leased.answered, status, headers))
-
-    def finish(self, outcome: Outcome) -> None:
-        self._call(self.leased.finish(outcome))
-
-    def fetched(
-        self,
-        status: int,
-        headers: Mapping[str, str] | None = None,
-        body: bytes = b"",
-        *,
-        sent_at: float = 0.0,
-        done_at: float = 0.0,
-        latency: float = 0.0,
-        truncated: bool = False,
-        links: Iterable[str] | None = None,
-    ) -> None:
-        self._call(self.leased.fetched(status, headers, body, sent_at=sent_at, done_at=done_at, latency=latency,
-                                       truncated=truncated, links=links))  # fmt: skip
-
-    def failed(self, error: str, *, sent_at: float = 0.0, done_at: float = 0.0) -> None:
-        self._call(self.leased.failed(error, sent_at=sent_at, done_at=done_at))
-
-    def skip(self, reason: str) -> None:
-        self._call(self.leased.skip(reason))
-
-    def release(self) -> None:
-        self._call(self.leased.release())
+    # LeasedJob's calls, each run on the loop's thread and waited for (the gates' events and the
+    # publishing belong to the loop): the same signatures, documented there
+    sent = _on_loop(LeasedJob.sent)
+    answered = _on_loop(LeasedJob.answered)
+    finish = _blocking(LeasedJob.finish)
+    fetched = _blocking(LeasedJob.fetched)
+    failed = _blocking(LeasedJob.failed)
+    skip = _blocking(LeasedJob.skip)
+    release = _blocking(LeasedJob.release)
 
     def __enter__(self) -> BlockingJob:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._call(self.leased.__aexit__(kind, exc, tb))
-
-
-async def _run(fn: Callable[..., None], *args: Any) -> None:
-    fn(*args)  # on the loop's thread: the gates' events are not thread-safe
 
 
 class BlockingJobs:

@@ -43,6 +43,7 @@ class Holding(JobsBase):
             await self._slots.acquire()
             gate = self.gates[leased.gate_host]
             gate.enter()  # from here until it leaves, the gate is not forgotten (prune_gates)
+            on_time = False
             try:
                 async with gate.lock:
                     # The host's previous request must really have gone out (its headers sent, or it
@@ -59,15 +60,13 @@ class Holding(JobsBase):
                         gate.last_sent = leased.handed_at = time.time()
                         gate.idle.clear()
                         leased.holds_idle = True
-            except BaseException:
-                gate.leave()
-                self._slots.release()
-                raise
+            finally:
+                if not on_time:  # not handed over (cancelled, or too late): slot and gate go back
+                    gate.leave()
+                    self._slots.release()
         finally:
             m.held.dec()
         if not on_time:  # its send time came after expires_at: the frontier has freed its slot
-            gate.leave()
-            self._slots.release()
             await self._back(leased)
             return False
         self._entered.add(leased)

@@ -29,11 +29,11 @@ from confluent_kafka import Message
 from prometheus_client import start_http_server
 
 from frontier.kafka import coordinates
-from topics.schemas import SKIPPED_VERSION, Job, Page, SchemaError, decode
+from topics.schemas import Job, SchemaError, decode
 from workers.base import Handler
 from workers.consuming import Consuming
 from workers.holding import Holding
-from workers.leased import AlreadyReported, LeasedJob, Outcome
+from workers.leased import AlreadyReported, LeasedJob, Outcome, lower_headers
 from workers.publishing import Publisher
 from workers.reporting import Reporting
 
@@ -231,8 +231,7 @@ class Jobs(Holding, Reporting, Consuming):
         self._claim(leased)
         now = time.time()
         done = outcome.done_at = min(outcome.done_at or now, now)
-        if type(outcome.headers) is not dict or any(not k.islower() for k in outcome.headers):
-            outcome.headers = {k.lower(): str(v) for k, v in outcome.headers.items()}
+        outcome.headers = lower_headers(outcome.headers)
         # The host's next request is timed from this one's send: a time it surely went out by. Not
         # told (no sent_at, no sent()), that is the report itself; the feedback then says the
         # latest send the latency allows (headers came ``latency`` after the send, before ``done``).
@@ -251,35 +250,13 @@ class Jobs(Holding, Reporting, Consuming):
         """Declined without a request: the URL ends with a ``skipped`` page."""
         self._claim(leased)
         self._unsend(leased)
-        self._leave(leased)
-        try:
-            item = leased.item
-            page = Page(v=SKIPPED_VERSION, url=item.url, outcome="skipped", error=reason[:500], meta=item.meta,
-                        fetched_at=time.time(), worker=self.name)  # fmt: skip
-            if problem := await self.publisher.deliver(self.topics.pages, page, key=item.url.encode()):
-                log.error("%s: skipped page not published (%s); no feedback: the lease expires", item.url, problem)
-                return
-            self.skipped += 1
-            self.metrics.observe(leased.kind, "skipped", 0, 0.0)
-            await self.publisher.report(self._feedback(leased, Outcome(), "skipped"))
-        finally:
-            self._done(leased)
+        await self._skipped(leased, reason)
 
     async def release(self, leased: LeasedJob) -> None:
         """Handed back unfetched: the frontier queues it again."""
         self._claim(leased)
         self._unsend(leased)
         await self._back(leased)
-
-    async def _back(self, leased: LeasedJob) -> None:
-        leased.reported = True
-        self._leave(leased)
-        try:
-            self.returned += 1
-            self.metrics.observe(leased.kind, "expired", 0, 0.0)
-            await self.publisher.report(self._feedback(leased, Outcome(), "expired"))
-        finally:
-            self._done(leased)
 
     def _claim(self, leased: LeasedJob) -> None:
         if leased.reported:

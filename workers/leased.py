@@ -111,7 +111,7 @@ class LeasedJob(JobFacts):
     def answered(self, status: int, headers: Mapping[str, str]) -> None:
         """The response headers are in: a window the host announces (Retry-After on a 429 or 503,
         RateLimit remaining 0) closes its gate to this worker's held jobs now, not at the report."""
-        self._jobs.answered(self, FetchResult(status=status, headers=_lower(headers)))
+        self._jobs.answered(self, FetchResult(status=status, headers=lower_headers(headers)))
 
     def keep_gate_until(self, done: asyncio.Future[object]) -> None:
         """For fetcher adapters: the job is reported before its fetch has surely ended (a thread
@@ -142,7 +142,7 @@ class LeasedJob(JobFacts):
         what AutoThrottle learns from (default ``done_at - sent_at`` when a send time is known, else
         0: nothing learned); ``links``: URLs to follow (default: the same-site links of an HTML
         body), within the job's ``follow`` budget."""
-        await self.finish(Outcome(status=status, headers=_lower(headers or {}), body=body, sent_at=sent_at,
+        await self.finish(Outcome(status=status, headers=dict(headers or {}), body=body, sent_at=sent_at,
                                   done_at=done_at, latency=latency, truncated=truncated,
                                   links=None if links is None else list(links)))  # fmt: skip
 
@@ -178,5 +178,8 @@ class LeasedJob(JobFacts):
         # decides (the project's worker reports a timeout; a revoke leaves it to the lease)
 
 
-def _lower(headers: Mapping[str, Any]) -> dict[str, str]:
+def lower_headers(headers: Mapping[str, Any]) -> dict[str, str]:
+    """Headers as the protocol carries them: a plain dict, names lower-cased, values as text."""
+    if type(headers) is dict and all(type(k) is str and k.islower() and type(v) is str for k, v in headers.items()):
+        return headers
     return {str(k).lower(): str(v) for k, v in headers.items()}

@@ -1,17 +1,19 @@
 """What a job's report becomes, in the protocol's order (docs/PROTOCOL.md): the page and its
 follow-ups, acknowledged; then the feedback that closes the lease. A page Kafka refuses becomes a
 small error page; when not even that goes out, no feedback (the lease expires, the job comes
-back). Also the rejection of a job that does not decode."""
+back). Also a skipped job's page and feedback, a hand-back, and the rejection of a job that
+does not decode."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from confluent_kafka import Message
 
 from frontier.kafka import coordinates
-from topics.schemas import Feedback, Page, Rejected, SchemaError
+from topics.schemas import SKIPPED_VERSION, Feedback, Page, Rejected, SchemaError
 from workers.base import JobsBase
 from workers.fetch import is_retryable, throttle_headers
 from workers.followups import follow_ups, page_headers
@@ -32,6 +34,33 @@ class Reporting(JobsBase):
             self.fetched += 1
             self.metrics.observe(job.kind, "error" if outcome.error else "fetched", outcome.status, outcome.latency)
             await self._conclude(leased, outcome)
+        finally:
+            self._done(leased)
+
+    async def _skipped(self, leased: LeasedJob, reason: str) -> None:
+        """Declined without a request: a ``skipped`` page, acknowledged, then the feedback."""
+        self._leave(leased)
+        try:
+            item = leased.item
+            page = Page(v=SKIPPED_VERSION, url=item.url, outcome="skipped", error=reason[:500], meta=item.meta,
+                        fetched_at=time.time(), worker=self.name)  # fmt: skip
+            if problem := await self.publisher.deliver(self.topics.pages, page, key=item.url.encode()):
+                log.error("%s: skipped page not published (%s); no feedback: the lease expires", item.url, problem)
+                return
+            self.skipped += 1
+            self.metrics.observe(leased.kind, "skipped", 0, 0.0)
+            await self.publisher.report(self._feedback(leased, Outcome(), "skipped"))
+        finally:
+            self._done(leased)
+
+    async def _back(self, leased: LeasedJob) -> None:
+        """Handed back unfetched (feedback ``expired``): the frontier queues it again."""
+        leased.reported = True
+        self._leave(leased)
+        try:
+            self.returned += 1
+            self.metrics.observe(leased.kind, "expired", 0, 0.0)
+            await self.publisher.report(self._feedback(leased, Outcome(), "expired"))
         finally:
             self._done(leased)
 

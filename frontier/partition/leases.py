@@ -12,6 +12,7 @@ always has a recorded lease.
 from __future__ import annotations
 
 import heapq
+from typing import Any
 
 import msgspec
 
@@ -21,7 +22,7 @@ from frontier.partition.keys import lease_key, queue_id, scope_queue
 from frontier.partition.records import REPORT_KINDS, Dispatch, Lease, Report, encoder, lease_dec
 from frontier.partition.revisits import Revisits
 from frontier.partition.robots import Robots
-from topics.schemas import EncodedJob, Feedback, Job, JobTerms, Page, UrlItem
+from topics.schemas import EncodedJob, Feedback, Job, Page, UrlItem
 
 
 class Leases(Robots, Revisits):
@@ -59,18 +60,17 @@ class Leases(Robots, Revisits):
         self.inflight += 1
         self.stats.dispatched += 1
         host_state, host_settings = self._state(scopes[0]), self.scope_settings(scopes[0])
-        terms = JobTerms(
-            lease=lease_id,
-            kind=kind,
-            not_before=not_before,
-            expires_at=expires_at,
-            min_gap=policy.delay(host_state, host_settings),
-            floor=policy.floor(host_state, host_settings),
-            timeout=self.settings.fetch_timeout,
-            retries_left=max(0, self.settings.max_retries - item.attempts) if kind == "page" else 0,
-        )
-        fields = msgspec.structs.asdict(terms)
-        out.add(Job(item=item, **fields), EncodedJob(item=msgspec.Raw(raw), **fields))
+        terms: dict[str, Any] = {
+            "lease": lease_id,
+            "kind": kind,
+            "not_before": not_before,
+            "expires_at": expires_at,
+            "min_gap": policy.delay(host_state, host_settings),
+            "floor": policy.floor(host_state, host_settings),
+            "timeout": self.settings.fetch_timeout,
+            "retries_left": max(0, self.settings.max_retries - item.attempts) if kind == "page" else 0,
+        }
+        out.add(Job(item=item, **terms), EncodedJob(item=msgspec.Raw(raw), **terms))
 
     def feedback(self, fb: Feedback, now: float) -> bool:
         """Apply one worker result; return False for stale feedback (lease already closed)."""

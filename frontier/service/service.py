@@ -48,7 +48,6 @@ from topics.schemas import (
     FeedbackBatch,
     Rejected,
     SchemaError,
-    UrlBatch,
     UrlItem,
     decode,
     encode,
@@ -189,15 +188,12 @@ class FrontierService(Reporting):
         return self._owned[p]
 
     # -- input events ----------------------------------------------------------------------------
-    async def handle_urls(self, p: int, batch: UrlBatch | EncodedUrlBatch, event: Ackable) -> None:
-        """Queue a batch's URLs. An :class:`EncodedUrlBatch` (what the app reads) keeps each item's
-        bytes as the router wrote them; an item that does not decode goes to crawl.rejected."""
+    async def handle_urls(self, p: int, batch: EncodedUrlBatch, event: Ackable) -> None:
+        """Queue a batch's URLs, each item's bytes as the router wrote them; an item that does not
+        decode goes to crawl.rejected."""
         owned = await self._partition(p)
-        if isinstance(batch, EncodedUrlBatch):
-            items, encoded = await self._decode_items(p, batch, event)
-            owned.frontier.ingest(items, self.clock(), encoded)
-        else:
-            owned.frontier.ingest(batch.items, self.clock())
+        items, encoded = await self._decode_items(p, batch, event)
+        owned.frontier.ingest(items, self.clock(), encoded)
         self._mark(p, owned, (event,))
         self._wake.set()
 

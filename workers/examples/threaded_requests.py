@@ -10,6 +10,7 @@ follow redirects (a 3xx is a result: its target goes back through the frontier).
 
 from __future__ import annotations
 
+import functools
 import signal
 import threading
 import time
@@ -17,7 +18,7 @@ from collections.abc import Callable
 
 import requests
 
-from frontier.config import Config
+from frontier.config import Config, WorkerConfig
 from workers.blocking import BlockingJob, BlockingJobs
 from workers.examples.common import options
 from workers.leased import Outcome
@@ -33,13 +34,13 @@ def session() -> requests.Session:
     return s
 
 
-def fetch(job: BlockingJob) -> Outcome:
+def fetch(job: BlockingJob, agent: str = WorkerConfig.user_agent) -> Outcome:
     """One GET, within the job's timeout in all (``requests`` times each read, not the whole)."""
     deadline = time.time() + job.timeout
     answered = False
     try:
         with session().get(job.url, timeout=job.timeout, allow_redirects=False, stream=True,
-                           headers={"User-Agent": USER_AGENT}) as r:  # fmt: skip
+                           headers={"User-Agent": agent}) as r:  # fmt: skip
             answered = True
             job.sent()  # the headers are in: the request surely went out
             job.answered(r.status_code, r.headers)  # a 429 + Retry-After closes the host's gate now
@@ -60,23 +61,17 @@ def fetch(job: BlockingJob) -> Outcome:
         return Outcome(error="reset" if answered else "connect")
 
 
-USER_AGENT = "kafka-crawl-frontier/0.1 (+https://example.invalid/bot)"
-
-
 def factory(cfg: Config) -> Callable[[BlockingJob], Outcome]:
     """For the project's worker: ``crawl-frontier worker --fetcher workers.examples.threaded_requests:factory``
     (a plain function: the worker runs it on a thread and hands it a blocking job)."""
-    global USER_AGENT
-    USER_AGENT = cfg.worker.user_agent
-    return fetch
+    return functools.partial(fetch, agent=cfg.worker.user_agent)
 
 
 def main() -> None:
     cfg, args = options(__doc__.splitlines()[0])
-    factory(cfg)
     with BlockingJobs(cfg, concurrency=args.concurrency) as jobs:
         signal.signal(signal.SIGTERM, lambda *_: jobs.stop())
-        jobs.serve(fetch, threads=args.concurrency)
+        jobs.serve(factory(cfg), threads=args.concurrency)
 
 
 if __name__ == "__main__":
