@@ -329,25 +329,23 @@ def test_cli_records_carry_the_flags_and_decode_as_submissions() -> None:
 async def test_the_service_dispatch_loop_sweeps_and_closes_the_tombstones_with_a_marker() -> None:
     from frontier.config import Config
     from frontier.partition.keys import ACK_KEY
-    from frontier.service.owned import _Owned
     from frontier.service.service import FrontierService
-    from tests.test_service_protocol import Recorder
+    from tests.test_service_protocol import Recorder, serve, settle
 
     clock = [RETENTION + 10.0]
     cfg = replace(Config(), frontier=replace(SETTINGS, seen_retention=RETENTION))
     svc = FrontierService(cfg, clock=lambda: clock[0])
     rec = Recorder()
-    svc._producer = rec  # type: ignore[assignment]
     kv = MemoryKV()
     f = PartitionFrontier(0, kv, cfg.frontier, cfg.throttle, svc._changelog(0))
-    svc._owned[0] = _Owned(frontier=f, kv=kv)  # type: ignore[arg-type]
-    svc._ready[0].set()
+    serve(svc, rec, f, kv)
     f.rebuild(clock[0])
     old, recent = b"S" + bytes(16), b"S" + b"\x80" + bytes(15)
     kv.put(old, seen_value(SEEN_DONE, 0.0))
     kv.put(recent, seen_value(SEEN_DONE, RETENTION))
     for _ in range(CALLS_PER_CYCLE + 2):  # one cycle of once-a-second sweeps, from any cursor
         svc.dispatch_once()
+        await settle(svc)
         clock[0] += SWEEP_INTERVAL
     assert kv.get(old) is None and kv.get(recent) is not None and f.stats.forgotten == 1
     sent = [(key, value) for topic, key, value in rec.sent if topic == cfg.topics.state]

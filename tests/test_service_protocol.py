@@ -11,6 +11,8 @@ the transport; the ordering it checks is what the real broker tests rely on):
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -26,6 +28,7 @@ from frontier.partition import scopes as scopes_module
 from frontier.partition.keys import ACK_KEY
 from frontier.service.owned import _Owned
 from frontier.service.service import FrontierService
+from frontier.service.writer import PartitionWriter
 from topics.schemas import (
     ControlCommand,
     EncodedUrlBatch,
@@ -40,22 +43,21 @@ from topics.schemas import (
 
 
 class Recorder:
-    """The AsyncProducer surface the service uses; deliveries happen when the test says so."""
+    """The AsyncProducer surface the service uses (status, rejections: visible at once), and the
+    transactional producer of its partitions' writers: their records become visible (``sent``)
+    only when their transaction commits, which waits while ``hold`` is set."""
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes | None, bytes | None]] = []
-        self.pending: list[Callable[[], None]] = []
+        self.open: list[tuple[str, bytes | None, bytes | None]] = []  # the open transaction's records
+        self.hold = threading.Event()  # set: commits wait until released
+        self.commits = 0
+        self._callbacks: list[Callable[[], None]] = []
 
-    def send_bare(
-        self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None
-    ) -> None:
-        self.sent.append((topic, key, value))
-
+    # -- AsyncProducer (not transactional) ------------------------------------------------------
     def send_nowait(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None,
                     on_delivery: Callable[[Any], None] | None = None) -> None:  # fmt: skip
         self.sent.append((topic, key, value))
-        if on_delivery is not None:
-            self.pending.append(lambda: on_delivery(None))
 
     def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None) -> Any:
         self.sent.append((topic, key, value))
@@ -63,10 +65,43 @@ class Recorder:
         fut.set_result(None)
         return fut
 
-    def deliver_all(self) -> None:
-        pending, self.pending = self.pending, []
-        for deliver in pending:
-            deliver()
+    def raise_errors(self) -> None:
+        pass
+
+    # -- the writers' transactional producer --------------------------------------------------------
+    def init_transactions(self, timeout: float) -> None:
+        pass
+
+    def begin_transaction(self) -> None:
+        assert not self.open
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
+                on_delivery: Any = None) -> None:  # fmt: skip
+        self.open.append((topic, key, value))
+        if on_delivery is not None:
+            offset = len(self.sent) + len(self.open) - 1
+            msg = type("Msg", (), {"offset": lambda _self: offset})()
+            self._callbacks.append(lambda: on_delivery(None, msg))
+
+    def commit_transaction(self, timeout: float) -> None:
+        deadline = time.monotonic() + 5
+        while self.hold.is_set() and time.monotonic() < deadline:
+            time.sleep(0.002)
+        callbacks, self._callbacks = self._callbacks, []
+        for cb in callbacks:
+            cb()
+        self.sent.extend(self.open)
+        self.open = []
+        self.commits += 1
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+    def purge(self) -> None:
+        self.open = []
 
     def topics(self) -> list[str]:
         return [t for t, _, _ in self.sent]
@@ -81,35 +116,50 @@ class Event:
         return True
 
 
+def serve(svc: FrontierService, rec: Recorder, f: PartitionFrontier, kv: Any) -> None:
+    """Make ``f`` a partition ``svc`` owns, its writes going through ``rec`` in transactions."""
+    svc._producer = rec  # type: ignore[assignment]
+    writer = PartitionWriter(rec, svc.topics.state, f.partition, -1)
+    svc._owned[f.partition] = _Owned(frontier=f, kv=kv, writer=writer)
+    svc._ready[f.partition].set()
+
+
 def service(settings: FrontierConfig) -> tuple[FrontierService, Recorder, PartitionFrontier]:
     cfg = replace(Config(), frontier=settings)
     svc = FrontierService(cfg, clock=lambda: 1000.0)
     rec = Recorder()
-    svc._producer = rec  # type: ignore[assignment]
     kv = MemoryKV()
     f = PartitionFrontier(0, kv, settings, cfg.throttle, svc._changelog(0), user_agent="t")
-    svc._owned[0] = _Owned(frontier=f, kv=kv)  # type: ignore[arg-type]
-    svc._ready[0].set()
+    serve(svc, rec, f, kv)
     f.rebuild(1000.0)
     return svc, rec, f
 
 
-async def settle() -> None:
-    for _ in range(5):
-        await asyncio.sleep(0)
+async def settle(svc: FrontierService | None = None) -> None:
+    """Let the event loop run, and every commit in flight end (they run on threads)."""
+    deadline = time.monotonic() + 5
+    while True:
+        for _ in range(5):
+            await asyncio.sleep(0)
+        busy = svc is not None and any(o.writer._committing is not None for o in svc._owned.values())
+        if not busy or time.monotonic() > deadline:
+            return
+        await asyncio.sleep(0.002)
 
 
 async def test_jobs_leave_only_after_their_leases_are_in_the_changelog() -> None:
     svc, rec, f = service(FrontierConfig(robots_obey=False, dispatch_lead=0.0))
     f.ingest([parse_input(b"http://a.test/1"), parse_input(b"http://b.test/1")], 1000.0)
+    rec.hold.set()
     svc.dispatch_once()
     await settle()
     state, jobs = svc.topics.state, svc.topics.jobs
-    assert jobs not in rec.topics()  # nothing in workers' hands before the broker has the leases
+    assert rec.sent == []  # nothing in workers' hands (nor in the changelog) before the commit
+    rec.hold.clear()  # the transaction commits: leases, jobs and the closing marker together
+    await settle(svc)
     leases = [k for t, k, _ in rec.sent if t == state and k is not None and k.startswith(b"L")]
-    assert len(leases) == 2 and rec.sent[-1][:2] == (state, ACK_KEY)
-    rec.deliver_all()  # the marker (and so every record before it) is acknowledged
-    await settle()
+    assert len(leases) == 2 and rec.sent[-1][:2] == (state, ACK_KEY) and rec.commits == 1
+    assert rec.topics().index(jobs) > max(i for i, (t, k, _) in enumerate(rec.sent) if k in leases)
     sent = [decode(v or b"", Job) for t, _, v in rec.sent if t == jobs]
     assert sorted(j.item.url for j in sent) == ["http://a.test/1", "http://b.test/1"]
     assert {b"L" + j.lease.encode() for j in sent} == set(leases)
@@ -119,27 +169,28 @@ async def test_a_report_lease_is_deleted_only_after_its_page_is_acknowledged() -
     svc, rec, f = service(FrontierConfig(robots_obey=True, dispatch_lead=0.0))
     f.ingest([parse_input(b"http://r.test/private/1")], 1000.0)
     svc.dispatch_once()
-    await settle()
-    rec.deliver_all()
-    await settle()
+    await settle(svc)
     [robots] = [decode(v or b"", Job) for t, _, v in rec.sent if t == svc.topics.jobs]
     i = robots.item
     f.feedback(Feedback(lease=robots.lease, host=i.host, domain=i.domain, url=i.url, outcome="fetched", status=200,
                         sent_at=1000.0, body=b"User-agent: *\nDisallow: /private\n"), 1000.1)  # fmt: skip
     rec.sent.clear()
     svc.clock = lambda: 1005.0
+    rec.hold.set()
     svc.dispatch_once()
     await settle()
-    assert svc.topics.pages not in rec.topics()
-    rec.deliver_all()  # the report lease is in the changelog: now the page goes
-    await settle()
+    assert svc.topics.pages not in rec.topics()  # the page and its report lease commit together
+    report_keys = [k for k, _ in f.kv.scan(b"L")]
+    assert len(report_keys) == 1  # still there: the page is not committed yet
+    rec.hold.clear()
+    await settle(svc)
     [page] = [decode(v or b"", Page) for t, _, v in rec.sent if t == svc.topics.pages]
     assert page.outcome == "disallowed"
-    report_keys = [k for k, _ in f.kv.scan(b"L")]
-    assert len(report_keys) == 1  # still there: the page is not acknowledged yet
-    rec.deliver_all()  # the page is acknowledged
-    await settle()
-    assert list(f.kv.scan(b"L")) == []
+    lease_at = next(i for i, (t, k, v) in enumerate(rec.sent) if t == svc.topics.state and k == report_keys[0])
+    assert rec.topics().index(svc.topics.pages) > lease_at  # after its lease, in the same transaction
+    assert list(f.kv.scan(b"L")) == []  # once committed, the report lease goes
+    svc.dispatch_once()
+    await settle(svc)
     assert (svc.topics.state, report_keys[0], None) in rec.sent  # the deletion is changelogged
 
 
@@ -162,8 +213,7 @@ async def test_one_bad_feedback_item_is_rejected_and_the_rest_applied(monkeypatc
     rejected = [decode(v or b"", Rejected) for t, _, v in rec.sent if t == svc.topics.rejected]
     assert len(rejected) == 1 and "OverflowError" in rejected[0].reason and b"a.test" in rejected[0].original
     assert f.stats.completed == 1  # b.test's result was applied
-    rec.deliver_all()
-    await settle()
+    await settle(svc)
     assert event.acked  # the batch is not replayed forever
 
 
@@ -222,9 +272,7 @@ async def test_the_routers_bytes_of_an_item_reach_the_worker_unchanged_and_a_bad
     [(_, queued)] = list(f.kv.scan(b"Q"))
     assert queued == good
     svc.dispatch_once()
-    await settle()
-    rec.deliver_all()
-    await settle()
+    await settle(svc)
     [(key, value)] = [(k, v or b"") for t, k, v in rec.sent if t == svc.topics.jobs]
     assert good in value and key == b"a.test"
     job = decode(value, Job)

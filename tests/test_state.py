@@ -109,7 +109,7 @@ class FakeChangelog:
         monkeypatch.setattr(state, "delete_retention", lambda *_: DAY)
         monkeypatch.setattr(state, "replay", self.replay)
 
-    def replay(self, kv: RocksKV, _conf: Any, _topic: str, _p: int, start: int) -> int:
+    def replay(self, kv: RocksKV, _conf: Any, _topic: str, _p: int, start: int) -> tuple[int, int]:
         self.starts.append(start)
         first = self.low if start == OFFSET_BEGINNING else max(start, self.low)
         n = 0
@@ -120,7 +120,7 @@ class FakeChangelog:
                 else:
                     kv.put(key, value)
                 n += 1
-        return n
+        return n, self.high - 1
 
 
 LEASE, PAUSE, QUEUED = b"Lold", b"Oexample.com", b"Qq\x00x"
@@ -146,7 +146,7 @@ def compacted_after_deletes() -> FakeChangelog:
 def test_a_store_offline_past_the_retention_is_rebuilt(closed_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = compacted_after_deletes()
     log.install(monkeypatch)
-    kv, replayed = open_partition(closed_store, {}, "state", 0, now=T + 2 * DAY)
+    kv, replayed, _ = open_partition(closed_store, {}, "state", 0, now=T + 2 * DAY)
     try:
         assert kv.get(LEASE) is None and kv.get(PAUSE) is None, "deletes resurrected"
         assert kv.get(QUEUED) == b"v" and kv.get(b"Snew9") == b"v"
@@ -159,7 +159,7 @@ def test_a_store_offline_past_the_retention_is_rebuilt(closed_store: Path, monke
 def test_a_recent_store_replays_only_the_tail(closed_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = FakeChangelog([(2, QUEUED, b"v"), (3, LEASE, None), (4, PAUSE, None), (5, b"Snew5", b"v")])
     log.install(monkeypatch)
-    kv, replayed = open_partition(closed_store, {}, "state", 0, now=T + 3600)
+    kv, replayed, _ = open_partition(closed_store, {}, "state", 0, now=T + 3600)
     try:
         assert log.starts == [3] and replayed == 3
         assert kv.get(LEASE) is None and kv.get(PAUSE) is None and kv.get(QUEUED) == b"v"
@@ -171,7 +171,7 @@ def test_a_recent_store_replays_only_the_tail(closed_store: Path, monkeypatch: p
 def test_a_store_whose_tail_was_deleted_is_rebuilt(closed_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     log = FakeChangelog([(7, b"Snew7", b"v"), (8, b"Snew8", b"v")], low=7)  # offsets 3-6 gone
     log.install(monkeypatch)
-    kv, _ = open_partition(closed_store, {}, "state", 0, now=T + 60)
+    kv, _, _ = open_partition(closed_store, {}, "state", 0, now=T + 60)
     try:
         assert log.starts == [OFFSET_BEGINNING]
         assert kv.get(LEASE) is None and kv.get(PAUSE) is None and kv.get(QUEUED) is None
@@ -187,7 +187,7 @@ def test_a_store_without_its_close_time_is_rebuilt(tmp_path: Path, monkeypatch: 
     kv.close()
     log = compacted_after_deletes()
     log.install(monkeypatch)
-    kv, _ = open_partition(path, {}, "state", 0, now=T)
+    kv, _, _ = open_partition(path, {}, "state", 0, now=T)
     try:
         assert log.starts == [OFFSET_BEGINNING] and kv.get(LEASE) is None
     finally:
@@ -203,7 +203,7 @@ def test_an_old_standby_copy_is_rebuilt(tmp_path: Path, monkeypatch: pytest.Monk
     kv.close()
     log = compacted_after_deletes()
     log.install(monkeypatch)
-    kv, _ = open_partition(path, {}, "state", 0, now=T + 2 * DAY)
+    kv, _, _ = open_partition(path, {}, "state", 0, now=T + 2 * DAY)
     try:
         assert log.starts == [OFFSET_BEGINNING] and kv.get(LEASE) is None
     finally:

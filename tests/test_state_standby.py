@@ -28,6 +28,9 @@ class FakeConsumer:
         self.asked += 1
         return self.low, self.high
 
+    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
+        return [TopicPartition(tp.topic, tp.partition, -1001) for tp in tps]  # nothing fetched yet
+
     def incremental_assign(self, tps: list[TopicPartition]) -> None:
         self.assigned.extend(tps)
 

@@ -319,7 +319,7 @@ def test_status_reports_a_watched_scope_from_its_partition() -> None:
     p = partition_of("quiet.test", n)
     kv = MemoryKV()
     frontier = PartitionFrontier(p, kv, service.cfg.frontier, service.cfg.throttle, lambda k, v: None)
-    service._owned[p] = _Owned(frontier=frontier, kv=kv)  # type: ignore[arg-type]  # any KV does here
+    service._owned[p] = _Owned(frontier=frontier, kv=kv, writer=None)  # type: ignore[arg-type]  # no writes here
     busy = [UrlItem(url=f"http://busy{i}.test/", host=f"busy{i}.test", domain=f"busy{i}.test") for i in range(30)]
     quiet = UrlItem(url="http://quiet.test/", host="quiet.test", domain="quiet.test", scopes=["api"])
     frontier.ingest([*busy, quiet], clock.now)

@@ -246,6 +246,8 @@ class Status(msgspec.Struct, kw_only=True):
     partitions: list[int]
     totals: dict[str, int]
     scopes: list[ScopeStatus]
+    # assigned to the instance but not served (a store that cannot be opened, a fenced writer): why
+    unserved: dict[int, str] = msgspec.field(default_factory=dict)
 
 
 T = TypeVar("T", bound=msgspec.Struct)

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -27,12 +28,14 @@ from topics.schemas import Job
 from workers.addresses import AddressCheck
 from workers.gates import _HostGate
 from workers.leased import LeasedJob, Outcome
+from workers.membership import Membership
 from workers.offsets import OffsetTracker
 from workers.publishing import Publisher
 
 log = logging.getLogger("worker")
 
 CODES_CACHED = 10_000  # scope sets whose backoff codes are kept
+CONFIRM_WAIT = 30.0  # seconds a held job waits for the group to confirm its partition after a stall
 InternalFetcher = Callable[[LeasedJob], Awaitable[Outcome]]
 Handler = Callable[[LeasedJob], Awaitable[Outcome | None]]
 
@@ -60,12 +63,13 @@ class JobsBase:
         self.internal = internal
         self.handler: Handler | None = None
         self.tracker = OffsetTracker()
+        self.membership: Membership | None = None  # set by start(): the consumer's partitions (None: all)
         self.gates: dict[str, _HostGate] = defaultdict(_HostGate)
         self.metrics = WorkerMetrics()
         self.publisher: Publisher  # set by start() (tests set it directly)
         # how long a revoke waits for the jobs of the partitions it takes away; then they are cancelled
         self.revoke_grace = cfg.frontier.fetch_timeout + 30
-        self.fetched = self.returned = self.skipped = 0
+        self.fetched = self.returned = self.skipped = self.dropped = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
         self._ready: asyncio.Queue[LeasedJob] | None = None
@@ -139,6 +143,28 @@ class JobsBase:
         assert self._slots is not None
         self._slots.release()
         self.metrics.inflight.dec()
+
+    def owns(self, leased: LeasedJob) -> bool | None:
+        """Whether the job's partition is still this worker's (None: unknown, after a stall)."""
+        if self.membership is None:
+            return True
+        return self.membership.owns(leased._coords[:2])
+
+    async def still_owns(self, leased: LeasedJob, wait: float = CONFIRM_WAIT) -> bool:
+        """Whether the job's partition is this worker's, waiting (up to ``wait``) for the group to
+        confirm it after a stall; False: the job must go unsent and unreported (another worker has it)."""
+        deadline = time.monotonic() + wait
+        while (owned := self.owns(leased)) is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return owned is True
+
+    def _drop(self, leased: LeasedJob) -> None:
+        """Its partition is no longer this worker's: over here, unsent and unreported."""
+        if not leased.reported:
+            leased.reported = True
+            self.dropped += 1
+            log.info("%r dropped: its partition is another worker's now", leased)
+        self._done(leased)
 
     def _done(self, leased: LeasedJob) -> None:
         """The job is over here: its slot freed, its offset may be committed."""

@@ -1,6 +1,8 @@
 """The worker's Kafka consumer: one member of the workers' group on ``crawl.jobs``, taking jobs
-while fewer than four times ``concurrency`` are open, committing what is finished every second, and on a
-revoke finishing (then cancelling) the jobs of the partitions it gives up before committing."""
+while fewer than four times ``concurrency`` are open, committing what is finished every second, on a
+revoke finishing (then cancelling) the jobs of the partitions it gives up before committing, and on a
+lost assignment (or a stall of the process the group may have expired it for: ``membership``)
+dropping the jobs it holds at once, unsent and unreported: another worker has them now."""
 
 from __future__ import annotations
 
@@ -9,13 +11,16 @@ import logging
 import threading
 import time
 
-from confluent_kafka import Consumer, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from frontier.kafka import coordinates
 from frontier.observability.metrics import lag
 from workers.base import JobsBase
 
 log = logging.getLogger("worker")
+
+# a commit refused with these: the group has expired this member (its partitions are others' now)
+LOST_CODES = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.FENCED_INSTANCE_ID})
 
 GATE_PRUNE_EVERY = 60.0  # seconds between two sweeps of idle gates
 
@@ -44,6 +49,8 @@ class Consuming(JobsBase):
                     log.warning("consume error: %s", msg.error())
                     continue
                 self._start(msg)
+            if self.membership is not None and self.membership.suspect:
+                await asyncio.to_thread(self._confirm, consumer)
             if time.monotonic() - last_commit > 1.0:
                 last_commit = time.monotonic()
                 self._commit(consumer)
@@ -56,6 +63,58 @@ class Consuming(JobsBase):
                     self.metrics.lag.set(await asyncio.to_thread(lag, consumer, consumer.assignment()))
                 except Exception as exc:  # noqa: BLE001 - a metric must never stop the worker
                     log.debug("consumer lag not measured: %s", exc)
+
+    def _on_assign(self, c: Consumer, parts: list[TopicPartition]) -> None:
+        if self.membership is not None:
+            self.membership.assigned((tp.topic, tp.partition) for tp in parts)
+
+    def _on_lost(self, c: Consumer, parts: list[TopicPartition]) -> None:
+        """On the consumer's thread: the group expired this member. Its held jobs are dropped at
+        once (their partitions' new owners send them); nothing is committed (the group refuses it)."""
+        self._lose({(tp.topic, tp.partition) for tp in parts}, "the group's assignment was lost")
+
+    def _lose(self, tps: set[tuple[str, int]], why: str) -> None:
+        if self.membership is not None:
+            self.membership.revoked(tps)
+        self.tracker.forget(tps)
+        loop = self._loop
+        if loop is None or loop.is_closed() or not tps:
+            return
+        log.warning("%s: partitions %s; their held jobs are dropped unsent", why, sorted(tps))
+
+        def drop() -> None:  # held (not handed over) tasks: cancelled; handed-over ones finish and report
+            for tp in tps:
+                for task in self._running.get(tp, set()) & self._holding:
+                    task.cancel()
+
+        loop.call_soon_threadsafe(drop)
+
+    def _confirm(self, consumer: Consumer) -> None:
+        """After a stall: ask the group, with a synchronous commit, whether this member is still in
+        it. Accepted: its partitions are still its own. Refused as an expired member: lost."""
+        assert self.membership is not None
+        asked = self.membership.now()
+        points = self.tracker.commit_points()
+        if not points:
+            assigned = consumer.assignment()
+            points = [tp for tp in consumer.position(assigned) if tp.offset is not None and tp.offset >= 0]
+        if not points:
+            self.membership.confirmed(asked)  # nothing consumed, nothing held: nothing to send from before
+            return
+        try:
+            results = consumer.commit(offsets=points, asynchronous=False) or []
+            errors = [tp.error for tp in results if tp.error is not None]
+        except KafkaException as exc:
+            errors = [exc.args[0]] if exc.args else []
+        codes = {err.code() for err in errors if isinstance(err, KafkaError)}
+        if not errors:
+            self.membership.confirmed(asked)
+            log.info("the group confirmed this worker's partitions after a stall")
+        elif codes & LOST_CODES:
+            self._lose(self.membership.owned(), f"the group expired this worker during a stall ({errors[0]})")
+        else:  # e.g. a rebalance in progress: asked again at the next turn
+            log.info("membership not confirmed yet after a stall: %s", errors[0])
+            time.sleep(0.2)
 
     def _on_revoke(self, c: Consumer, parts: list[TopicPartition]) -> None:
         """On the consumer's thread: finish what we started on these partitions (up to
@@ -74,6 +133,8 @@ class Consuming(JobsBase):
             except Exception as exc:  # noqa: BLE001 - the new owner re-fetches: at least once
                 log.warning("commit on revoke failed: %s", exc)
         self.tracker.forget(tps)
+        if self.membership is not None:
+            self.membership.revoked(tps)
 
     def _cancel(self, tps: set[tuple[str, int]]) -> None:
         """Cancel the running jobs of ``tps`` on the event loop; return once that is done."""

@@ -26,8 +26,12 @@ GATE_IDLE = 600.0  # a host's gate is forgotten after this long without a reques
 class Holding(JobsBase):
     async def _hold(self, leased: LeasedJob) -> bool:
         """Wait for a slot and the host's send time; True once it is handed over (this worker's
-        clock says it may be sent), False when it was handed back or declined instead."""
+        clock says it may be sent, and its partition is still this worker's), False when it was
+        handed back, declined or dropped (its partition moved on: nothing sent, nothing reported)."""
         job = leased.job
+        if not await self.still_owns(leased):
+            self._drop(leased)
+            return False
         if time.time() > job.expires_at:
             await self._back(leased)
             return False
@@ -39,6 +43,7 @@ class Holding(JobsBase):
         assert self._slots is not None
         m = self.metrics
         m.held.inc()
+        lost = False
         try:
             await self._slots.acquire()
             gate = self.gates[leased.gate_host]
@@ -51,23 +56,39 @@ class Holding(JobsBase):
                     # connect would otherwise shrink the gap the server sees.
                     await gate.idle.wait()
                     # asyncio may wake a timer up to a clock tick early: re-check until the slot has come
-                    # (a window the host announces meanwhile moves it: the loop reads it again)
-                    while (slot := self.slot(job, gate)) > (now := time.time()) and slot <= job.expires_at:
-                        await asyncio.sleep(slot - now)
-                    on_time = time.time() <= job.expires_at and self.slot(job, gate) <= time.time()
+                    # (a window the host announces meanwhile moves it: the loop reads it again); a
+                    # process stopped meanwhile waits for the group to confirm the partition is its own
+                    while (slot := self.slot(job, gate)) <= job.expires_at:
+                        if (now := time.time()) < slot:
+                            await asyncio.sleep(slot - now)
+                            continue
+                        owned = self.owns(leased)
+                        if owned is None:
+                            owned = await self.still_owns(leased)
+                            if owned:
+                                continue  # the send time is read again after the wait
+                        lost = not owned
+                        break
+                    on_time = not lost and time.time() <= job.expires_at and self.slot(job, gate) <= time.time()
                     if on_time:
                         leased._prev_sent = gate.last_sent
                         gate.last_sent = leased.handed_at = time.time()
                         gate.idle.clear()
                         leased.holds_idle = True
             finally:
-                if not on_time:  # not handed over (cancelled, or too late): slot and gate go back
+                if not on_time:  # not handed over (cancelled, too late, or lost): slot and gate go back
                     gate.leave()
                     self._slots.release()
         finally:
             m.held.dec()
+        if lost:
+            self._drop(leased)
+            return False
         if not on_time:  # its send time came after expires_at: the frontier has freed its slot
-            await self._back(leased)
+            if await self.still_owns(leased):
+                await self._back(leased)
+            else:
+                self._drop(leased)
             return False
         self._entered.add(leased)
         m.inflight.inc()

@@ -34,6 +34,7 @@ from workers.base import Handler
 from workers.consuming import Consuming
 from workers.holding import Holding
 from workers.leased import AlreadyReported, LeasedJob, Outcome, lower_headers
+from workers.membership import Membership
 from workers.publishing import Publisher
 from workers.reporting import Reporting
 
@@ -79,7 +80,10 @@ class Jobs(Holding, Reporting, Consuming):
         if self.cfg.worker.metrics_port:
             start_http_server(self.cfg.worker.metrics_port, self.cfg.worker.metrics_bind, self.metrics.registry)
             log.info("metrics on http://%s:%d/metrics", self.cfg.worker.metrics_bind, self.cfg.worker.metrics_port)
-        consumer.subscribe([self.topics.jobs], on_revoke=self._on_revoke, on_lost=self._on_revoke)
+        self.membership = Membership()
+        self.membership.start()
+        consumer.subscribe([self.topics.jobs], on_assign=self._on_assign, on_revoke=self._on_revoke,
+                           on_lost=self._on_lost)  # fmt: skip
         self._poller = asyncio.ensure_future(self._consume(consumer))
 
     async def close(self) -> None:
@@ -111,6 +115,8 @@ class Jobs(Holding, Reporting, Consuming):
             await asyncio.to_thread(consumer.close)
         if self._builtin is not None:
             await self._builtin.close()
+        if self.membership is not None:
+            self.membership.stop()
 
     async def serve(self, handler: Handler) -> None:
         """The callback shape, until :meth:`stop`: each job goes to ``handler`` in a task of its own
@@ -155,6 +161,9 @@ class Jobs(Holding, Reporting, Consuming):
                     continue
             if job.reported:
                 continue  # given up while it waited to be taken (see _abandon)
+            if not await self.still_owns(job):
+                self._drop(job)  # its partition moved on while it waited: another worker sends it
+                continue
             now = time.time()
             gate = self.gates.get(job.gate_host)
             if now > job.expires_at or (gate is not None and gate.closed_until > now):

@@ -42,6 +42,10 @@ class _Totals(Collector):
             "inflight": ("crawl_frontier_inflight_jobs", "jobs leased to workers and not yet answered"),
             "hosts_due": ("crawl_frontier_scheduled_queues", "queues in the due-time heap"),
             "partitions": ("crawl_frontier_partitions", "partitions this instance owns"),
+            "partitions_unserved": (
+                "crawl_frontier_partitions_unserved",
+                "partitions assigned to this instance that it cannot serve (see status)",
+            ),
             "gates_active": ("crawl_frontier_gates_active", "scopes held by a server gate right now"),
         }
         for key, (name, doc) in simple.items():

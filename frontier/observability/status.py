@@ -4,7 +4,7 @@ compacted ``crawl.frontier.status`` topic and render totals plus the busiest sco
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -77,12 +77,16 @@ class Overview:
     scopes: list[ScopeStatus]
     at: float = 0.0
     now: float = 0.0  # the reader's time, for the waits in ``why`` (0: the clock at to_json)
+    unserved: dict[int, str] = field(default_factory=dict)  # partition → why it is not served
+
+    def unserved_lines(self) -> list[str]:
+        return [f"partition {p} not served: {why}" for p, why in sorted(self.unserved.items())]
 
     def to_json(self) -> dict[str, Any]:
         now = self.now or time.time()
         scopes = [{**msgspec.structs.asdict(r), "why": sentence(r.reason, r.wait_until, now)} for r in self.scopes]
         return {"instances": self.instances, "partitions": self.partitions, "totals": self.totals, "at": self.at,
-                "scopes": scopes}  # fmt: skip
+                "scopes": scopes, "problems": self.unserved_lines()}  # fmt: skip
 
 
 def overview(statuses: list[Status], top: int = 20) -> Overview:
@@ -91,8 +95,10 @@ def overview(statuses: list[Status], top: int = 20) -> Overview:
         for k, v in s.totals.items():
             totals[k] = totals.get(k, 0) + v
     rows = sorted((r for s in statuses for r in s.scopes), key=lambda r: (-r.queued, r.scope))[:top]
+    unserved = {p: f"{why} ({s.instance})" for s in statuses for p, why in s.unserved.items()}
     return Overview(instances=sorted(s.instance for s in statuses), partitions=sum(len(s.partitions) for s in statuses),
-                    totals=totals, scopes=rows, at=max((s.at for s in statuses), default=0.0))  # fmt: skip
+                    totals=totals, scopes=rows, at=max((s.at for s in statuses), default=0.0),
+                    unserved=unserved)  # fmt: skip
 
 
 def render(statuses: list[Status], top: int = 20, now: float | None = None) -> str:
@@ -126,6 +132,7 @@ def render(statuses: list[Status], top: int = 20, now: float | None = None) -> s
                 "skipped",
             )
         ),
+        *ov.unserved_lines(),
         "",
         f"{'scope':<32} {'queued':>7} {'infl':>4} {'conc':>4} {'delay':>7} {'limit/s':>8} {'gate':>8}  "
         "why not now; why this delay",

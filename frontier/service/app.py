@@ -25,6 +25,7 @@ from frontier.intake.router import Router
 from frontier.kafka import Kafka
 from frontier.observability.feed import LagProbe, StatusFeed
 from frontier.observability.web import build_web, check_exposure
+from frontier.service.lock import lock_state_dir
 from frontier.service.service import FrontierService
 from topics.schemas import ControlCommand, EncodedUrlBatch, FeedbackBatch, SchemaError, decode
 
@@ -178,6 +179,7 @@ async def start_web(cfg: Config, service: FrontierService) -> web.AppRunner:
 
 def run_frontier(cfg: Config, loglevel: str = "info", kafka: Kafka | None = None) -> None:
     """Run a frontier process until SIGINT/SIGTERM (its own clients from ``kafka``, see :func:`build_app`)."""
+    lock_state_dir(cfg.frontier.state_dir, cfg.frontier.app_id)  # a second instance here: ConfigError, one line
     Path(cfg.frontier.state_dir, "faust").mkdir(parents=True, exist_ok=True)
     app, _ = build_app(cfg, kafka)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)

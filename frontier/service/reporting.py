@@ -48,6 +48,7 @@ class Reporting:
     watched: dict[str, float]
     _watch_sent: dict[str, float]
     _owned: dict[int, _Owned]
+    unserved: dict[int, str]
     _gates: dict[str, float]
     _gates_pruned: float
     _rate_mark: tuple[float, int]
@@ -139,7 +140,7 @@ class Reporting:
             self._rate_mark = (time.monotonic(), done)
         totals["pages_per_s"] = round(self.pages_per_s)
         return Status(instance=self.instance, at=now, partitions=sorted(self._owned), totals=totals,
-                      scopes=rows)  # fmt: skip
+                      scopes=rows, unserved=dict(self.unserved))  # fmt: skip
 
     def publish_status(self, now: float) -> None:
         self._prune_gates(now)  # every status interval, not only when Prometheus scrapes
@@ -158,6 +159,7 @@ class Reporting:
             totals["hosts_due"] += owned.frontier.queued_hosts()
             totals["queued"] += owned.frontier.queued()
         totals["partitions"] = len(self._owned)
+        totals["partitions_unserved"] = len(self.unserved)
         return dict(totals)
 
     def metric_totals(self) -> dict[str, int]:

@@ -135,8 +135,9 @@ def open_partition(
     partition: int,
     now: float | None = None,
     retention: float | None = None,
-) -> tuple[RocksKV, int]:
-    """Open (and restore) one partition's store. Returns the store and the number of records replayed.
+) -> tuple[RocksKV, int, int]:
+    """Open (and restore) one partition's store. Returns the store, the number of records replayed
+    and the offset of the last changelog record the store now holds (-1: none).
 
     ``now`` is the wall-clock time (default: ``time.time()``), ``retention`` the changelog's
     ``delete.retention.ms`` in seconds (default: read from the topic). Blocking: call it from a thread.
@@ -164,12 +165,13 @@ def open_partition(
             kv = RocksKV(path)
     else:
         kv = RocksKV(path)
-    replayed = replay(kv, client_conf, topic, partition, start)
-    return kv, replayed
+    replayed, applied = replay(kv, client_conf, topic, partition, start)
+    return kv, replayed, applied
 
 
-def replay(kv: RocksKV, client_conf: Connection, topic: str, partition: int, start: int) -> int:
-    """Apply changelog records from ``start`` up to the current end of the partition."""
+def replay(kv: RocksKV, client_conf: Connection, topic: str, partition: int, start: int) -> tuple[int, int]:
+    """Apply committed changelog records from ``start`` up to the current end of the partition;
+    return how many, and the offset up to which the store is now complete (-1: an empty changelog)."""
     consumer = Kafka.of(client_conf).reader(
         "restore", {"enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"}
     )
@@ -177,7 +179,7 @@ def replay(kv: RocksKV, client_conf: Connection, topic: str, partition: int, sta
         low, high = watermarks(consumer, topic, partition)
         first = low if start == OFFSET_BEGINNING else max(start, low)
         if first >= high:
-            return 0
+            return 0, high - 1
         consumer.assign([TopicPartition(topic, partition, first)])
         count = 0
         while True:
@@ -202,13 +204,17 @@ def replay(kv: RocksKV, client_conf: Connection, topic: str, partition: int, sta
                 if (msg.offset() or 0) >= high - 1:
                     done = True
             if done:
-                return count
+                # read_committed: the end is the last stable offset (aborted records and transaction
+                # markers are skipped, so the position says how far the store is complete)
+                position = consumer.position([TopicPartition(topic, partition)])[0].offset
+                return count, (position - 1 if position is not None and position >= 0 else high - 1)
     finally:
         consumer.close()
 
 
 def close_partition(kv: RocksKV, last_offset: int, now: float | None = None) -> None:
-    """Mark the store clean at ``last_offset`` (every write up to it is in the changelog) as of
+    """Mark the store clean at ``last_offset``, the offset of the last changelog record it holds
+    (never the changelog's end at close, which may hold another owner's records), as of
     wall-clock time ``now`` (default: ``time.time()``), then close."""
     kv.put(CLEAN_AT_KEY, encode_time(time.time() if now is None else now))
     kv.put(CLEAN_KEY, str(last_offset).encode())
@@ -220,6 +226,19 @@ def changelog_watermarks(client_conf: Connection, topic: str, partition: int) ->
     consumer = Kafka.of(client_conf).reader("restore")
     try:
         return watermarks(consumer, topic, partition)
+    finally:
+        consumer.close()
+
+
+def feedback_backlog_end(client_conf: Connection, topic: str, partition: int, group: str) -> int:
+    """The offset of the last record of ``topic[partition]`` past ``group``'s committed offset
+    (what the group will be given when it takes the partition), -1 when there is none."""
+    consumer = Kafka.of(client_conf).reader("backlog", {"enable.auto.commit": False}, group=group)
+    try:  # never subscribes: reads the group's offset without joining it
+        low, high = watermarks(consumer, topic, partition)
+        committed = consumer.committed([TopicPartition(topic, partition)], timeout=10)[0].offset
+        start = committed if committed is not None and committed >= 0 else low
+        return high - 1 if high > start else -1
     finally:
         consumer.close()
 

@@ -27,8 +27,6 @@ import time
 from collections import defaultdict
 from collections.abc import Callable
 
-from confluent_kafka import Message
-
 from frontier.config import Config
 from frontier.intake.router import Router
 from frontier.kafka import AsyncProducer, Kafka
@@ -37,11 +35,11 @@ from frontier.observability.watch import (
     watch_scope,
 )
 from frontier.partition import Dispatch, PartitionFrontier, Refused
-from frontier.partition.keys import ACK_KEY
 from frontier.service.owned import Ackable, _ack_all, _Owned
 from frontier.service.reporting import Reporting
-from frontier.service.restore import changelog_end, close_partition, db_path, open_partition
+from frontier.service.restore import close_partition, db_path, feedback_backlog_end, open_partition
 from frontier.service.standby import Standby
+from frontier.service.writer import PartitionWriter, WriteFailed
 from topics.schemas import (
     ControlCommand,
     EncodedUrlBatch,
@@ -55,6 +53,9 @@ from topics.schemas import (
 
 log = logging.getLogger("frontier")
 
+OPEN_ATTEMPTS = 6  # tries to open a partition's store before the process gives up (exit, restarted)
+OPEN_BACKOFF = 1.0  # seconds before the second try, doubled each time (at most 30)
+
 
 class FrontierService(Reporting):
     def __init__(self, cfg: Config, clock: Callable[[], float] = time.time, kafka: Kafka | None = None) -> None:
@@ -65,6 +66,9 @@ class FrontierService(Reporting):
         self._owned: dict[int, _Owned] = {}
         self._ready: dict[int, asyncio.Event] = defaultdict(asyncio.Event)
         self._restoring: dict[int, asyncio.Task[None]] = {}
+        self._dropping: set[asyncio.Task[None]] = set()
+        self.unserved: dict[int, str] = {}  # partition → why it is assigned here but not served
+        self.failure: Exception | None = None  # fatal: raised by the dispatch loop
         self._wake = asyncio.Event()
         self._producer: AsyncProducer | None = None
         self.running = False
@@ -92,27 +96,60 @@ class FrontierService(Reporting):
     def on_assigned(self, partitions: set[int]) -> None:
         for p in sorted(partitions):
             if p not in self._owned and p not in self._restoring:
-                self._restoring[p] = asyncio.ensure_future(self._open(p))
+                self._restoring[p] = asyncio.ensure_future(self._open_retrying(p))
         if self.standby is not None:
             for p in set(range(self.topics.partitions)) - partitions - set(self._owned):
                 self.standby.add(p)
 
+    async def _open_retrying(self, p: int) -> None:
+        """Open ``p``, retried with backoff while it fails (shown in status meanwhile); past
+        ``OPEN_ATTEMPTS`` the process gives up (:attr:`failure`: the dispatch loop raises it, the
+        process exits non-zero and its supervisor restarts it)."""
+        for attempt in range(1, OPEN_ATTEMPTS + 1):
+            try:
+                await self._open(p)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - shown, retried, then fatal
+                reason = f"{type(exc).__name__}: {exc}"[:300]
+                self.unserved[p] = reason
+                log.error("partition %d not served (attempt %d of %d): %s", p, attempt, OPEN_ATTEMPTS, reason)
+                if attempt == OPEN_ATTEMPTS:
+                    self.failure = RuntimeError(f"partition {p} could not be opened: {reason}")
+                    self._wake.set()
+                    break
+                await asyncio.sleep(min(OPEN_BACKOFF * 2 ** (attempt - 1), 30.0))
+            else:
+                self.unserved.pop(p, None)
+                break
+        self._restoring.pop(p, None)
+
+    def _new_writer(self, p: int) -> PartitionWriter:
+        producer = self.kafka.producer(**{"transactional.id": f"{self.cfg.frontier.app_id}-p{p}"})
+        return PartitionWriter(producer, self.topics.state, p, -1, on_failure=self._write_failed)
+
     async def _open(self, p: int) -> None:
         started = time.monotonic()
-        if self.standby is not None:
-            await asyncio.to_thread(self.standby.release, p)  # its warm copy becomes the active store
-        path = db_path(self.cfg.frontier.state_dir, self.cfg.frontier.app_id, p)
+        if self.standby is not None:  # its warm copy becomes the active store
+            released = await asyncio.to_thread(self.standby.release, p)
+            if not released:
+                raise RuntimeError("the standby copy was not handed back in time")
+        writer = self._new_writer(p)
         try:
-            kv, replayed = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p)
-        except Exception:
-            log.exception("restoring partition %d failed", p)
+            await writer.start()  # fences the previous owner: the changelog's end read next is final
+            path = db_path(self.cfg.frontier.state_dir, self.cfg.frontier.app_id, p)
+            kv, replayed, applied = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p)
+        except BaseException:
+            await writer.close()
             raise
+        writer.applied = applied
         frontier = PartitionFrontier(p, kv, self.cfg.frontier, self.cfg.throttle, self._changelog(p),
                                      user_agent=self.cfg.worker.user_agent, on_change=self._delay_changed)  # fmt: skip
-        owned = _Owned(frontier=frontier, kv=kv)
+        owned = _Owned(frontier=frontier, kv=kv, writer=writer)
+        owned.feedback_due = await asyncio.to_thread(self._feedback_waiting, p)
+        owned.expire_from = self.clock() + self.cfg.frontier.lease_grace + self.cfg.frontier.fetch_timeout
         self._owned[p] = owned
         owned.frontier.rebuild(self.clock())
-        self._restoring.pop(p, None)
         self._ready[p].set()
         self._wake.set()
         log.info(
@@ -120,25 +157,60 @@ class FrontierService(Reporting):
             p, replayed, time.monotonic() - started, owned.frontier.inflight, owned.frontier.queued_hosts(),
         )  # fmt: skip
 
+    def _feedback_waiting(self, p: int) -> int:
+        """The offset of the last feedback record waiting for ``p`` (past the group's committed
+        offset), -1 when none: leases are expired only once it is applied."""
+        try:
+            return feedback_backlog_end(self.kafka, self.topics.feedback, p, self.cfg.frontier.app_id)
+        except Exception as exc:  # noqa: BLE001 - unknown: wait the bounded time instead
+            log.warning("feedback waiting for partition %d not measured (%s)", p, exc)
+            return 1 << 62
+
     async def on_revoked(self, partitions: set[int]) -> None:
         for p in sorted(partitions):
             task = self._restoring.pop(p, None)
             if task is not None:
+                task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
+            self.unserved.pop(p, None)
             self._ready[p].clear()
             owned = self._owned.pop(p, None)
             if owned is None:
                 continue
-            await self.producer.flush()
-            end = await asyncio.to_thread(changelog_end, self.kafka, self.topics.state, p)
-            close_partition(owned.kv, end)
-            log.info("partition %d closed cleanly at changelog offset %d", p, end)
+            applied = await owned.writer.close()
+            if applied is None:  # its last writes did not commit: the store holds what the changelog does not
+                owned.kv.close()
+                log.warning("partition %d closed without a clean marker (its writes did not all commit)", p)
+            else:
+                close_partition(owned.kv, applied)
+                log.info("partition %d closed cleanly at changelog offset %d", p, applied)
             if self.standby is not None and self.running:
                 self.standby.add(p)
 
+    def _write_failed(self, failure: WriteFailed) -> None:
+        """A partition's commit failed: fenced (another instance owns it now: drop it), or else
+        (its store is ahead of the changelog: drop it and open it again, rebuilt)."""
+        p = failure.partition
+        owned = self._owned.pop(p, None)
+        if owned is None:
+            return
+        self._ready[p].clear()
+        self.unserved[p] = str(failure)[:300]
+
+        async def drop() -> None:
+            await owned.writer.close()
+            owned.kv.close()  # no clean marker: a later open rebuilds it from the changelog
+            if not failure.fenced and self.running and p not in self._restoring:
+                self._restoring[p] = asyncio.ensure_future(self._open_retrying(p))
+
+        self._dropping.add(task := asyncio.ensure_future(drop()))
+        task.add_done_callback(self._dropping.discard)
+
     async def close(self) -> None:
         self.running = False
-        await self.on_revoked(set(self._owned))
+        await self.on_revoked(set(self._owned) | set(self._restoring))
+        if self._dropping:
+            await asyncio.gather(*self._dropping, return_exceptions=True)
         if self.standby is not None:
             await asyncio.to_thread(self.standby.close)
         self.producer.send_nowait(self.topics.status, None, key=self.instance.encode())  # gone: tombstone
@@ -153,45 +225,52 @@ class FrontierService(Reporting):
             if owned is None:
                 return
             owned.dirty = True
-            self.producer.send_bare(topic, value, key=key, partition=p)
+            owned.writer.write(topic, value, key, p)
 
         return write
 
     def _mark(
         self, p: int, owned: _Owned, events: tuple[Ackable, ...] = (), then: Callable[[], None] | None = None
     ) -> None:
-        """Close a run of changelog writes with one marker record; ack ``events`` and run ``then``
-        (on the event loop) on its delivery.
+        """Commit the partition's writes; ack ``events`` and run ``then`` once they committed.
 
-        Records carry no delivery callback of their own (a Python call per record is the cost
-        that matters at these rates). The idempotent producer delivers a partition's records in
-        order and without gaps, so the marker's delivery proves every record before it landed,
-        and an earlier failure makes the marker fail too (raised by the dispatch loop).
+        The changelog records, and a dispatch round's jobs and report pages, are one transaction
+        (:mod:`frontier.service.writer`): a worker sees a job only once its lease is in the
+        changelog, and an input offset is committed only after the changes it caused.
         """
         owned.frontier.save_stats()
         owned.dirty = False
-        loop = asyncio.get_running_loop()
 
-        def delivered(_msg: Message) -> None:
+        def committed() -> None:
             if events:
-                loop.call_soon_threadsafe(_ack_all, events)
+                _ack_all(events)
             if then is not None:
-                loop.call_soon_threadsafe(then)
+                then()
 
-        self.producer.send_nowait(self.topics.state, None, key=ACK_KEY, partition=p, on_delivery=delivered)
+        owned.writer.commit(committed if events or then is not None else None)
 
     def owned_partitions(self) -> set[int]:
         return set(self._owned)
 
-    async def _partition(self, p: int) -> _Owned:
-        await self._ready[p].wait()
-        return self._owned[p]
+    async def _partition(self, p: int) -> _Owned | None:
+        """The partition's state once it is open; None when this instance does not serve it (revoked,
+        fenced or failed: the event is left unacknowledged for its owner, never parked)."""
+        owned = self._owned.get(p)
+        if owned is not None:
+            return owned
+        task = self._restoring.get(p)
+        if task is not None:
+            await asyncio.wait({task})
+        return self._owned.get(p)
 
     # -- input events ----------------------------------------------------------------------------
     async def handle_urls(self, p: int, batch: EncodedUrlBatch, event: Ackable) -> None:
         """Queue a batch's URLs, each item's bytes as the router wrote them; an item that does not
         decode goes to crawl.rejected."""
         owned = await self._partition(p)
+        if owned is None:
+            return
+        await owned.writer.room()
         items, encoded = await self._decode_items(p, batch, event)
         owned.frontier.ingest(items, self.clock(), encoded)
         self._mark(p, owned, (event,))
@@ -213,6 +292,9 @@ class FrontierService(Reporting):
 
     async def handle_feedback(self, p: int, batch: FeedbackBatch, event: Ackable) -> None:
         owned = await self._partition(p)
+        if owned is None:
+            return
+        await owned.writer.room()
         now = self.clock()
         for fb in batch.items:
             try:
@@ -224,6 +306,7 @@ class FrontierService(Reporting):
                                    self.topics.feedback, p, offset)  # fmt: skip
                 continue
             self.metrics.feedback.labels(fetch_class(fb.outcome, fb.status)).inc()
+        owned.fed(getattr(getattr(event, "message", None), "offset", owned.feedback_due))
         self._mark(p, owned, (event,))
         self._wake.set()
 
@@ -243,6 +326,8 @@ class FrontierService(Reporting):
             event.ack()
             return
         owned = await self._partition(p)
+        if owned is None:
+            return
         try:
             dropped = owned.frontier.control(cmd, self.clock())
         except Refused as exc:  # never silently dropped: the command and why go to crawl.rejected
@@ -278,12 +363,14 @@ class FrontierService(Reporting):
         wake: float | None = None
         for owned in list(self._owned.values()):
             f = owned.frontier
-            f.expire_leases(now)
+            if owned.may_expire(now):  # not before the feedback waiting at open is applied
+                f.expire_leases(now)
             f.sweep_due(now)  # forgets aged-out seen entries, a bounded slice every SWEEP_INTERVAL (10 s)
             result = f.dispatch(now)
-            if owned.dirty:
-                # the round's leases must be in the changelog before anyone can act on them
-                then = self._releaser(f.partition, result) if result.jobs or result.reports else None
+            self._publish(owned, result)
+            if owned.dirty or result.jobs or result.reports:
+                # the round's leases, jobs and report pages commit together
+                then = self._reported(f.partition, result) if result.reports else None
                 self._mark(f.partition, owned, then=then)
             nxt = f.next_wakeup()
             if nxt is not None and (wake is None or nxt < wake):
@@ -292,38 +379,34 @@ class FrontierService(Reporting):
             return 0.5
         return min(0.5, max(0.0, wake - now))
 
-    def _releaser(self, p: int, result: Dispatch) -> Callable[[], None]:
-        """Publish a round's jobs and report pages (called once its changelog records landed)."""
+    def _publish(self, owned: _Owned, result: Dispatch) -> None:
+        """A round's jobs and report pages, in the partition's open transaction after its leases."""
+        for job, record in zip(result.jobs, result.records, strict=True):
+            owned.writer.write(self.topics.jobs, record, job.item.host.encode())
+            self.metrics.jobs.labels(job.kind).inc()
+        for report in result.reports:
+            owned.writer.write(self.topics.pages, encode(report.page), report.page.url.encode())
 
-        def release() -> None:
-            for job, record in zip(result.jobs, result.records, strict=True):
-                self.producer.send_nowait(self.topics.jobs, record, key=job.item.host.encode())
-                self.metrics.jobs.labels(job.kind).inc()
-            for report in result.reports:
-                self.producer.send_nowait(self.topics.pages, encode(report.page), key=report.page.url.encode(),
-                                          on_delivery=self._on_reported(p, report.lease))  # fmt: skip
-
-        return release
-
-    def _on_reported(self, p: int, lease: str) -> Callable[[Message], None]:
-        loop = asyncio.get_running_loop()
+    def _reported(self, p: int, result: Dispatch) -> Callable[[], None]:
+        """Once a round's report pages committed, their report leases may go."""
 
         def reported() -> None:
             owned = self._owned.get(p)
-            if owned is not None:  # else the partition moved on: its new owner reports it again
-                owned.frontier.reported(lease)
-                self._wake.set()  # the deletion goes out with the next marker
+            if owned is None:  # the partition moved on: its new owner reports them again
+                return
+            for report in result.reports:
+                owned.frontier.reported(report.lease)
+            self._wake.set()  # the deletions go out with the next commit
 
-        def delivered(_msg: Message) -> None:
-            loop.call_soon_threadsafe(reported)
-
-        return delivered
+        return reported
 
     async def dispatch_loop(self) -> None:
         self.running = True
         last_report = last_status = time.monotonic()
         while self.running:
-            self.producer.raise_errors()  # a changelog (or job) record that failed is fatal
+            self.producer.raise_errors()  # a status or rejection record that failed is fatal
+            if self.failure is not None:
+                raise self.failure
             timeout = self.dispatch_once()
             if timeout > 0:
                 self._wake.clear()

@@ -90,12 +90,15 @@ class Standby:
             self.partitions.add(partition)
             self._control.put(("add", partition, None))
 
-    def release(self, partition: int, timeout: float = 60.0) -> None:
-        """Stop tailing ``partition`` and close its store (blocking), so it can be opened as active."""
+    def release(self, partition: int, timeout: float = 60.0) -> bool:
+        """Stop tailing ``partition`` and close its store (blocking), so it can be opened as active;
+        False when the standby thread did not hand it back within ``timeout`` (or has stopped)."""
         self.partitions.discard(partition)
+        if not self._thread.is_alive():
+            return not self._stores.get(partition)
         done = threading.Event()
         self._control.put(("remove", partition, done))
-        done.wait(timeout)
+        return done.wait(timeout)
 
     def applied(self, partition: int) -> int | None:
         """The last changelog offset applied to the standby copy of ``partition`` (None: none yet)."""
@@ -217,8 +220,12 @@ class Standby:
             return self._applied[p] + 1
         return self._start.get(p)
 
-    def _caught_up(self, p: int, probe: _Probe) -> bool:
+    def _caught_up(self, p: int, probe: _Probe, position: int | None = None) -> bool:
+        """Whether the copy holds every record below the probe's high watermark: its next offset,
+        or the consumer's position (past transaction markers and aborted records, which it skips)."""
         nxt = self._next_offset(p)
+        if position is not None and position >= 0:
+            nxt = max(nxt or 0, position)
         if nxt is None:
             return probe.low >= probe.high  # nothing applied, nothing to apply
         return nxt >= probe.high
@@ -232,7 +239,8 @@ class Standby:
         (or on ``final``, when the copy is being closed)."""
         kv = self._stores[p]
         pending = self._probes.get(p)
-        if pending is not None and self._caught_up(p, pending):
+        position = self._position(consumer, p)
+        if pending is not None and self._caught_up(p, pending, position):
             self._record(kv, p, pending.at)
             del self._probes[p]
             pending = None
@@ -247,10 +255,17 @@ class Standby:
             log.debug("standby probe of partition %d failed: %s", p, exc)
             return
         probe = _Probe(now, int(low), int(high))
-        if self._caught_up(p, probe):
+        if self._caught_up(p, probe, position):
             self._record(kv, p, probe.at)
         elif pending is None:
             self._probes[p] = probe
+
+    def _position(self, consumer: Consumer, p: int) -> int | None:
+        try:
+            offset = consumer.position([TopicPartition(self._topic, p)])[0].offset
+        except KafkaException:
+            return None
+        return int(offset) if offset is not None and offset >= 0 else None
 
     def _record(self, kv: RocksKV, p: int, at: float) -> None:
         if p in self._applied:

@@ -111,7 +111,7 @@ def changelogs(bootstrap: str) -> Iterator[Any]:
 def owned_then_closed(log: Changelog, path: Path, now: float | None = None) -> int:
     """An owner restores the partition (lease, pause, seen URL) and closes it cleanly; returns the clean offset."""
     log.write((LEASE, b"lease"), (PAUSE, b"paused"), (SEEN, b"seen"))
-    kv, replayed = open_partition(path, log.client, log.topic, 0)
+    kv, replayed, _ = open_partition(path, log.client, log.topic, 0)
     assert replayed == 3 and kv.get(LEASE) == b"lease"
     end = changelog_end(log.client, log.topic, 0)
     close_partition(kv, end, now=now)
@@ -142,7 +142,7 @@ def test_tombstones_compacted_away_while_closed_do_not_resurrect(changelogs: Any
         return LEASE not in contents and PAUSE not in contents
 
     wait_until(tombstones_gone, timeout=240, interval=1.0, what="the cleaner to remove the tombstones")
-    kv, _ = open_partition(path, log.client, log.topic, 0)
+    kv, _, _ = open_partition(path, log.client, log.topic, 0)
     assert_no_resurrection(kv)
 
 
@@ -155,7 +155,7 @@ def test_a_changelog_head_deleted_while_closed_means_a_rebuild(changelogs: Any, 
     last = log.write((b"Sother", b"x"))
     log.delete_before(last)
     assert last > clean + 1
-    kv, replayed = open_partition(path, log.client, log.topic, 0)
+    kv, replayed, _ = open_partition(path, log.client, log.topic, 0)
     assert replayed == 1 and kv.get(b"Sother") == b"x"  # rebuilt from the one record left
     assert_no_resurrection(kv, seen=None)  # the seen URL went with the deleted head
 
@@ -168,19 +168,19 @@ def test_a_store_closed_longer_ago_than_the_retention_is_rebuilt(changelogs: Any
     assert delete_retention(log.client, log.topic) == DAY
     path = tmp_path / "p0"
     log.write((SEEN, b"seen"))
-    kv, _ = open_partition(path, log.client, log.topic, 0)
+    kv, _, _ = open_partition(path, log.client, log.topic, 0)
     kv.put(LEASE, b"lease")  # written then; its put and tombstone are gone from the changelog
     kv.put(PAUSE, b"paused")
     now = time.time()
     close_partition(kv, changelog_end(log.client, log.topic, 0), now=now - 2 * DAY)
     log.write((b"Sother", b"x"))
-    kv, _ = open_partition(path, log.client, log.topic, 0, now=now)
+    kv, _, _ = open_partition(path, log.client, log.topic, 0, now=now)
     assert kv.get(b"Sother") == b"x"
     assert_no_resurrection(kv)
     # a recent close: only the tail is replayed
     close_partition(RocksKV(path), changelog_end(log.client, log.topic, 0), now=now)
     log.write((b"Snewer", b"y"))
-    kv, replayed = open_partition(path, log.client, log.topic, 0, now=now + 3600)
+    kv, replayed, _ = open_partition(path, log.client, log.topic, 0, now=now + 3600)
     assert replayed == 1
     kv.close()
 
@@ -229,7 +229,7 @@ def test_a_standby_copy_records_when_it_was_complete(changelogs: Any, tmp_path: 
     assert kv.get(STANDBY_KEY) == str(last).encode() and kv.get(STANDBY_AT_KEY) is not None
     kv.put(LEASE, b"lease")  # stands for a key whose put and tombstone were compacted away
     kv.close()
-    kv, replayed = open_partition(path, log.client, log.topic, 0, now=fake_now[0] + 3600)
+    kv, replayed, _ = open_partition(path, log.client, log.topic, 0, now=fake_now[0] + 3600)
     assert replayed == 0 and kv.get(LEASE) == b"lease"  # recent: trusted (the lease is the test's plant)
     close_partition(kv, last, now=fake_now[0])
     # as a standby again, then taken over two days later
@@ -239,6 +239,6 @@ def test_a_standby_copy_records_when_it_was_complete(changelogs: Any, tmp_path: 
         standby.release(0)
     finally:
         standby.close()
-    kv, replayed = open_partition(path, log.client, log.topic, 0, now=fake_now[0] + 2 * DAY)
+    kv, replayed, _ = open_partition(path, log.client, log.topic, 0, now=fake_now[0] + 2 * DAY)
     assert replayed == 2
     assert_no_resurrection(kv)

@@ -1,0 +1,205 @@
+"""The writes of one owned partition, fenced by the broker: a transactional producer per partition.
+
+Every record a partition's owner sends (changelog records, the jobs of its dispatch rounds, its
+report pages) goes through its :class:`PartitionWriter`, inside Kafka transactions whose
+``transactional.id`` names the partition (``<app_id>-p<N>``). The instance that opens a
+partition calls ``init_transactions`` first: the broker bumps the id's epoch, aborts whatever
+the previous owner left open, and from then on refuses that owner's writes (``_FENCED``). So an
+instance that froze past its session and carries on (a zombie) can neither change the changelog
+nor hand workers a job: readers (restores, standby copies, workers, page readers) read committed
+records only, librdkafka's default.
+
+Writes are group-committed: records accumulate in the open transaction and one commit (on a
+thread of its own, about a round trip) closes them; the callbacks registered for them (acks of
+input events, report leases) run once it committed. Records written while a commit is in flight
+are kept in order and open the next transaction. The last record of each transaction is a marker
+on the changelog partition (``ACK_KEY``, a tombstone never stored) whose offset tells how far the
+store is in the changelog: the offset a clean close records (``applied``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from confluent_kafka import KafkaError, KafkaException, Message
+
+from frontier.kafka import produce
+from frontier.partition.keys import ACK_KEY
+
+log = logging.getLogger("frontier")
+
+MAX_PENDING = 20_000  # records held while a commit is in flight before input waits for it
+COMMIT_TIMEOUT = 60.0  # seconds one commit may take (then the partition's writes have failed)
+FENCED_CODES = frozenset({KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH})
+
+
+class TransactionalProducer(Protocol):
+    """What the writer uses of a confluent-kafka ``Producer`` with a ``transactional.id``."""
+
+    def init_transactions(self, timeout: float) -> None: ...
+    def begin_transaction(self) -> None: ...
+    def commit_transaction(self, timeout: float) -> None: ...
+    def produce(self, topic: str, value: bytes | None = ..., *args: Any, **kwargs: Any) -> None: ...
+    def poll(self, timeout: float) -> int: ...
+    def flush(self, timeout: float) -> int: ...
+    def purge(self) -> None: ...
+
+
+class WriteFailed(RuntimeError):
+    """The partition's writes did not commit; ``fenced``: another instance owns it now."""
+
+    def __init__(self, partition: int, cause: BaseException) -> None:
+        self.fenced = fenced(cause)
+        what = "fenced: another instance owns it now" if self.fenced else "its transaction failed"
+        super().__init__(f"partition {partition}: {what} ({cause})")
+        self.partition = partition
+
+
+def fenced(exc: BaseException) -> bool:
+    """Whether ``exc`` says this producer's transactional id was taken by a newer instance."""
+    err = exc.args[0] if isinstance(exc, KafkaException) and exc.args else None
+    return isinstance(err, KafkaError) and err.code() in FENCED_CODES
+
+
+class PartitionWriter:
+    """One owned partition's fenced writes (see the module's docstring).
+
+    ``on_failure`` is called (on the event loop) once, when a commit fails: the partition's
+    store then holds writes the changelog does not, and must not be served any more.
+    """
+
+    def __init__(
+        self,
+        producer: TransactionalProducer,
+        state_topic: str,
+        partition: int,
+        applied: int,
+        on_failure: Callable[[WriteFailed], None] | None = None,
+    ) -> None:
+        self._producer = producer
+        self._topic = state_topic
+        self.partition = partition
+        self.applied = applied  # offset of the last changelog record the store holds (-1: none)
+        self._on_failure = on_failure
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"txn-p{partition}")
+        self._open = False  # a transaction is open on the producer
+        self._written = 0  # records in the open transaction
+        self._then: list[Callable[[], None]] = []  # run once the open transaction commits
+        self._held: list[tuple[str, bytes | None, bytes | None, int | None]] = []  # written during a commit
+        self._held_then: list[Callable[[], None]] = []  # registered during a commit: for the next one
+        self._committing: asyncio.Task[None] | None = None
+        self._committed = asyncio.Event()  # set after each commit round (room for held records)
+        self.failed: WriteFailed | None = None
+        self.commits = 0
+
+    # -- life ---------------------------------------------------------------------------------
+    async def start(self, timeout: float = 60.0) -> None:
+        """Take the partition's transactional id: fences every earlier owner and aborts what it
+        left open. Call before reading the changelog, so that the end read is final."""
+        await self._run(self._producer.init_transactions, timeout)
+
+    async def close(self) -> int | None:
+        """Commit what is open and let the producer go; the changelog offset the store is complete
+        up to, or None when its writes did not all commit (then it must be rebuilt)."""
+        try:
+            while self._committing is not None or self._written or self._then or self._held or self._held_then:
+                if self.failed is not None:
+                    break
+                if self._committing is None:
+                    self._kick()
+                if self._committing is not None:
+                    await asyncio.shield(self._committing)
+        finally:
+            await self._run(self._release)
+            self._executor.shutdown(wait=False)
+        return None if self.failed is not None else self.applied
+
+    def _release(self) -> None:
+        if self.failed is not None:
+            self._producer.purge()  # a fenced producer's records never count: do not wait for them
+        self._producer.flush(5.0)
+
+    async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    # -- writing ------------------------------------------------------------------------------
+    def write(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None) -> None:
+        """Send one record in the partition's current transaction (in order after every earlier one)."""
+        if self.failed is not None:
+            return  # the partition is being dropped: nothing it writes counts
+        if self._committing is not None:
+            self._held.append((topic, value, key, partition))
+            return
+        self._produce(topic, value, key, partition)
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None) -> None:
+        if not self._open:
+            self._producer.begin_transaction()
+            self._open = True
+        produce(self._producer, topic, value, key, partition)  # type: ignore[arg-type]
+        self._written += 1
+
+    def commit(self, then: Callable[[], None] | None = None) -> None:
+        """Commit everything written so far; run ``then`` (on the event loop) once it has committed."""
+        if self.failed is not None:
+            return
+        if then is not None:
+            (self._held_then if self._committing is not None else self._then).append(then)
+        self._kick()
+
+    @property
+    def crowded(self) -> bool:
+        """Too many records wait for the commit in flight: input should wait (:meth:`room`)."""
+        return len(self._held) > MAX_PENDING
+
+    async def room(self) -> None:
+        while self.crowded and self.failed is None:
+            self._committed.clear()
+            await self._committed.wait()
+
+    def _kick(self) -> None:
+        if self._committing is None and self.failed is None and (self._written or self._then):
+            self._committing = asyncio.ensure_future(self._commit_round())
+
+    async def _commit_round(self) -> None:
+        then, self._then = self._then, []
+        try:
+            if self._written:
+                offsets: list[int] = []
+
+                def marked(err: KafkaError | None, msg: Message) -> None:
+                    offset = msg.offset()
+                    if err is None and offset is not None:
+                        offsets.append(offset)
+
+                # the marker closes the transaction on the changelog: its offset is the store's position
+                produce(self._producer, self._topic, None, ACK_KEY, self.partition, marked)  # type: ignore[arg-type]
+                await self._run(self._producer.commit_transaction, COMMIT_TIMEOUT)
+                self._open, self._written = False, 0
+                self.commits += 1
+                if offsets:
+                    self.applied = max(self.applied, offsets[0])
+        except Exception as exc:  # noqa: BLE001 - any failure: the store holds what the changelog does not
+            self._fail(exc)
+            return
+        finally:
+            self._committing = None
+            self._committed.set()
+        held, self._held = self._held, []
+        for record in held:
+            self._produce(*record)
+        self._then, self._held_then = self._then + self._held_then, []
+        for fn in then:
+            fn()
+        self._kick()
+
+    def _fail(self, exc: BaseException) -> None:
+        self.failed = WriteFailed(self.partition, exc)
+        self._then, self._held, self._held_then = [], [], []
+        log.error("%s", self.failed)
+        if self._on_failure is not None:
+            self._on_failure(self.failed)
