@@ -232,11 +232,13 @@ def _check_topic_limits(cfg: Config, kafka: Kafka) -> None:
 def cmd_frontier(args: argparse.Namespace) -> int:
     from frontier.observability.web import check_exposure
     from frontier.service.app import run_frontier
+    from frontier.service.lock import lock_state_dir
 
     cfg = _config(args)
     check_exposure(cfg.frontier)  # no live page off loopback without a token: one line, exit status 2
     if args.debug_throttle:
         cfg = replace(cfg, frontier=replace(cfg.frontier, debug_throttle=True))
+    lock_state_dir(cfg.frontier.state_dir, cfg.frontier.app_id)  # one line (status 2) before waiting for Kafka
     kafka = _kafka(cfg, wait=SERVICE_WAIT)
     _check_topic_limits(cfg, kafka)
     run_frontier(cfg, loglevel=args.loglevel, kafka=kafka)

@@ -23,13 +23,14 @@ class FakeConsumer:
         self.low, self.high = 0, 0
         self.asked = 0
         self.assigned: list[TopicPartition] = []
+        self.pos = -1001  # the consumer's position: nothing fetched yet
 
     def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
         self.asked += 1
         return self.low, self.high
 
     def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition, -1001) for tp in tps]  # nothing fetched yet
+        return [TopicPartition(tp.topic, tp.partition, self.pos) for tp in tps]
 
     def incremental_assign(self, tps: list[TopicPartition]) -> None:
         self.assigned.extend(tps)
@@ -107,6 +108,23 @@ def test_a_caught_up_copy_records_each_probe_and_its_release(
     clock.t = 1040.0
     sb._close(consumer, 0)  # released for a takeover: complete as of now
     assert stored(tmp_path) == LocalCopy(2, 1040.0)
+
+
+def test_a_copy_is_complete_past_the_transaction_marker_that_ends_the_changelog(
+    standby: tuple[Standby, Clock, Any], tmp_path: Path
+) -> None:
+    """The changelog is written in transactions: its last offset is a commit marker, which a
+    reader never receives. The copy is complete once its position is past it (before, it never
+    counted as caught up, its time was never recorded, and the copy was rebuilt when it aged)."""
+    sb, _clock, consumer = standby
+    consumer.high = 6  # records 0-4, the commit marker at 5
+    sb._open(consumer, 0)
+    apply_upto(sb, 4)
+    sb._probe(consumer, 0)
+    assert sb._stores[0].get(STANDBY_AT_KEY) is None  # position unknown: not proven complete
+    consumer.pos = 6
+    sb._close(consumer, 0)
+    assert stored(tmp_path) == LocalCopy(4, 1000.0)
 
 
 def test_an_empty_changelog_is_complete_from_the_start(standby: tuple[Standby, Clock, Any], tmp_path: Path) -> None:

@@ -207,7 +207,10 @@ class Jobs(Holding, Reporting, Consuming):
             if not leased.reported and self._closing and leased not in self._timers:
                 await self.release(leased)  # shutting down before it was handed over: back at once
                 return
-            self._done(leased)  # a revoke: the partition's new owner gets it again
+            if self.owns(leased) is False and leased not in self._entered:
+                self._drop(leased)  # a lost assignment: unsent, unreported
+            else:
+                self._done(leased)  # a revoke: the partition's new owner gets it again
             raise
         except Exception:
             log.exception("job %s (%s) failed; it will come back after its lease", job.lease, job.item.url)

@@ -69,6 +69,7 @@ class Membership:
     # -- what the consumer learns ----------------------------------------------------------------
     def assigned(self, tps: Iterable[TopicPartition]) -> None:
         with self._lock:
+            self._last = self._clock()  # the group just answered: the process runs
             self._owned.update(tps)
 
     def revoked(self, tps: Iterable[TopicPartition]) -> None:

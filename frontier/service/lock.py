@@ -14,14 +14,16 @@ from typing import IO
 
 from frontier.config import ConfigError
 
-_held: list[IO[str]] = []  # kept open (and so locked) until the process ends
+_held: dict[Path, IO[str]] = {}  # kept open (and so locked) until the process ends
 
 
 def lock_state_dir(state_dir: str | Path, app_id: str) -> Path:
     """Take ``<state_dir>/<app_id>/instance.lock`` for this process, or raise ConfigError."""
     folder = Path(state_dir) / app_id
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "instance.lock"
+    path = (folder / "instance.lock").resolve()
+    if path in _held:
+        return path  # this process holds it already
     handle = open(path, "a+")  # held open (and so locked) for the process's life
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -37,5 +39,5 @@ def lock_state_dir(state_dir: str | Path, app_id: str) -> Path:
     handle.truncate()
     handle.write(f"pid {os.getpid()}\n")
     handle.flush()
-    _held.append(handle)
+    _held[path] = handle
     return path

@@ -1,0 +1,221 @@
+"""A frontier instance's partitions through failures (issue 27), without a broker:
+
+- an event of a partition this instance does not serve (revoked, fenced) is left unacknowledged
+  for its owner at once, never parked (a parked event stalls the agent and the group's rebalance);
+- a store that cannot be opened is retried with backoff, shown in status ("partition N not
+  served: ..."), and past the bound the dispatch loop raises (the process exits, a supervisor
+  restarts it);
+- restore order: a restored partition applies the feedback waiting for it before it expires
+  leases, so a result already reported is not counted lost and fetched again;
+- a fenced partition is dropped, its store closed without a clean marker;
+- a second instance on one state_dir refuses at start in one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from frontier.config import Config, ConfigError, FrontierConfig
+from frontier.core.kv import MemoryKV
+from frontier.intake.urls import parse_input
+from frontier.observability.status import render
+from frontier.partition import PartitionFrontier
+from frontier.service import service as service_module
+from frontier.service.lock import lock_state_dir
+from frontier.service.service import FrontierService
+from tests.test_service_protocol import Event, Recorder, serve, settle
+from topics.schemas import EncodedUrlBatch, Feedback, FeedbackBatch, encode
+
+
+class Message:
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+
+class OffsetEvent(Event):
+    def __init__(self, offset: int) -> None:
+        super().__init__()
+        self.message = Message(offset)
+
+
+async def test_an_event_of_a_partition_not_served_is_left_for_its_owner_at_once() -> None:
+    svc = FrontierService(Config(), clock=lambda: 1000.0)
+    svc._producer = Recorder()  # type: ignore[assignment]
+    event = Event()
+    batch = EncodedUrlBatch(items=[])
+    await asyncio.wait_for(svc.handle_urls(5, batch, event), 1)
+    await asyncio.wait_for(svc.handle_feedback(5, FeedbackBatch(items=[]), event), 1)
+    assert not event.acked
+
+
+async def test_a_store_that_does_not_open_is_retried_shown_and_then_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "OPEN_BACKOFF", 0.01)
+    svc = FrontierService(Config(), clock=lambda: 1000.0)
+    svc._producer = Recorder()  # type: ignore[assignment]
+    tries: list[int] = []
+
+    async def failing(p: int) -> None:
+        tries.append(p)
+        raise RuntimeError("IO error: While lock file: /state/p3/LOCK: Resource temporarily unavailable")
+
+    monkeypatch.setattr(svc, "_open", failing)
+    svc.on_assigned({3})
+    event = Event()
+    waiting = asyncio.ensure_future(svc.handle_urls(3, EncodedUrlBatch(items=[]), event))
+    await asyncio.sleep(0.02)
+    assert 3 in svc.unserved and "While lock file" in svc.unserved[3]
+    text = render([svc.status(1000.0)], now=1000.0)
+    assert "partition 3 not served: RuntimeError: IO error: While lock file" in text
+    assert svc.metric_totals()["partitions_unserved"] == 1
+    await asyncio.wait_for(waiting, 5)  # the event is not parked forever: given up with the partition
+    assert not event.acked and len(tries) == service_module.OPEN_ATTEMPTS
+    assert svc.failure is not None and "partition 3 could not be opened" in str(svc.failure)
+    with pytest.raises(RuntimeError, match="partition 3 could not be opened"):
+        await asyncio.wait_for(svc.dispatch_loop(), 5)
+
+
+async def test_a_store_that_opens_on_a_later_try_is_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service_module, "OPEN_BACKOFF", 0.01)
+    svc = FrontierService(Config(), clock=lambda: 1000.0)
+    rec = Recorder()
+    svc._producer = rec  # type: ignore[assignment]
+    tries: list[int] = []
+
+    async def flaky(p: int) -> None:
+        tries.append(p)
+        if len(tries) < 3:
+            raise OSError("standby copy not handed back in time")
+        kv = MemoryKV()
+        serve(svc, rec, PartitionFrontier(p, kv, svc.cfg.frontier, svc.cfg.throttle, svc._changelog(p)), kv)
+
+    monkeypatch.setattr(svc, "_open", flaky)
+    svc.on_assigned({1})
+    await asyncio.wait_for(asyncio.gather(*svc._restoring.values()), 5)
+    assert len(tries) == 3 and svc.unserved == {} and svc.owned_partitions() == {1} and svc.failure is None
+
+
+async def test_a_restored_partition_applies_waiting_feedback_before_expiring_leases() -> None:
+    """After a takeover later than a lease's deadline, the worker's result (already on
+    crawl.feedback) closes the lease; it is not counted lost, re-queued and fetched again."""
+    now = [1000.0]
+    settings = FrontierConfig(robots_obey=False, dispatch_lead=0.0)
+    svc = FrontierService(replace(Config(), frontier=settings), clock=lambda: now[0])
+    rec = Recorder()
+    kv = MemoryKV()
+    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc._changelog(0))
+    serve(svc, rec, f, kv)
+    f.rebuild(now[0])
+    f.ingest([parse_input(b"http://a.test/1")], now[0])
+    [job] = f.dispatch(now[0]).jobs
+    owned = svc._owned[0]
+    owned.feedback_due, owned.expire_from = 41, now[0] + 3600  # the feedback waiting at open ends at 41
+    now[0] = job.expires_at + 600  # the partition was unowned far past the lease's deadline
+    svc.dispatch_once()
+    await settle(svc)
+    assert f.inflight == 1 and f.stats.lost == 0  # not expired before the waiting feedback is applied
+    fb = Feedback(lease=job.lease, host="a.test", domain="a.test", url=job.item.url, outcome="fetched", status=200,
+                  sent_at=job.not_before, done_at=job.not_before + 0.1)  # fmt: skip
+    await svc.handle_feedback(0, FeedbackBatch(items=[fb]), OffsetEvent(41))
+    svc.dispatch_once()
+    await settle(svc)
+    assert f.stats.completed == 1 and f.stats.lost == 0 and f.queued() == 0 and f.inflight == 0
+    assert owned.may_expire(now[0])
+
+
+async def test_waiting_feedback_holds_expiry_only_for_a_bounded_time() -> None:
+    now = [1000.0]
+    settings = FrontierConfig(robots_obey=False, dispatch_lead=0.0)
+    svc = FrontierService(replace(Config(), frontier=settings), clock=lambda: now[0])
+    rec = Recorder()
+    kv = MemoryKV()
+    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc._changelog(0))
+    serve(svc, rec, f, kv)
+    f.rebuild(now[0])
+    f.ingest([parse_input(b"http://b.test/1")], now[0])
+    [job] = f.dispatch(now[0]).jobs
+    svc._owned[0].feedback_due, svc._owned[0].expire_from = 99, job.expires_at + 700
+    now[0] = job.expires_at + 600
+    svc.dispatch_once()
+    assert f.stats.lost == 0
+    now[0] = job.expires_at + 701  # the feedback never came: the lease expires after the bound
+    svc.dispatch_once()
+    await settle(svc)
+    assert f.stats.lost == 1 and f.stats.dispatched == 2  # re-queued and leased again
+
+
+async def test_a_fenced_partition_is_dropped_without_a_clean_marker() -> None:
+    class Fenced(Recorder):
+        def commit_transaction(self, timeout: float) -> None:
+            raise KafkaException(KafkaError(KafkaError._FENCED, "fenced", fatal=True))
+
+    settings = FrontierConfig(robots_obey=False, dispatch_lead=0.0)
+    svc = FrontierService(replace(Config(), frontier=settings), clock=lambda: 1000.0)
+    rec = Fenced()
+    closed: list[str] = []
+
+    class Store(MemoryKV):
+        def close(self) -> None:
+            closed.append("closed")
+
+        def put(self, key: bytes, value: bytes) -> None:
+            assert not key.startswith(b"\0clean"), "a fenced store must not be marked clean"
+            super().put(key, value)
+
+    kv = Store()
+    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc._changelog(0))
+    serve(svc, rec, f, kv)
+    svc._owned[0].writer._on_failure = svc._write_failed
+    f.ingest([parse_input(b"http://c.test/1")], 1000.0)
+    event = Event()
+    await svc.handle_urls(0, EncodedUrlBatch(items=[encode(parse_input(b"http://c.test/2"))]), event)
+    deadline = asyncio.get_running_loop().time() + 5
+    while not closed:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+    assert not event.acked and svc.owned_partitions() == set() and "fenced" in svc.unserved[0]
+    assert 0 not in svc._restoring  # fenced: another instance owns it, not reopened here
+
+
+def test_a_second_instance_on_one_state_dir_refuses_in_one_line(tmp_path: Path) -> None:
+    lock_state_dir(tmp_path, "app")
+    lock_state_dir(tmp_path, "app")  # the same process again: fine
+    code = f"from frontier.service.lock import lock_state_dir; lock_state_dir({str(tmp_path)!r}, 'app')"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode != 0 and "is in use by another frontier instance (pid " in out.stderr
+    with pytest.raises(ConfigError):  # a lock held elsewhere: here via a second open file description
+        import fcntl
+
+        other = tmp_path / "other"
+        (other / "app").mkdir(parents=True)
+        handle = open(other / "app" / "instance.lock", "a+")
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:
+            lock_state_dir(other, "app")
+        finally:
+            handle.close()
+
+
+def test_the_cli_refuses_a_second_frontier_on_one_state_dir(tmp_path: Path) -> None:
+    config = tmp_path / "crawl.toml"
+    config.write_text(f'[kafka]\nbootstrap = "127.0.0.1:1"\n[frontier]\nstate_dir = "{tmp_path / "state"}"\n')
+    hold = (
+        f"import time; from frontier.service.lock import lock_state_dir; "
+        f"lock_state_dir({str(tmp_path / 'state')!r}, 'crawl-frontier'); print('held', flush=True); time.sleep(60)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        out = subprocess.run([sys.executable, "-m", "frontier.cli", "--config", str(config), "frontier"],
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    finally:
+        holder.kill()
+        holder.wait()
+    lines = out.stderr.strip().splitlines()
+    assert out.returncode == 2 and len(lines) == 1 and "in use by another frontier instance" in lines[0], out.stderr

@@ -1,0 +1,146 @@
+"""A worker sends a job only while its ``crawl.jobs`` partition is its own (issue 27, defect 3):
+after a stall of the whole process (the group may have expired it meanwhile) held jobs wait until
+a synchronous commit confirms the membership; a lost assignment drops them at once, unsent and
+unreported (no "expired" hand-back either: another worker has the job). Real local HTTP server,
+an in-memory producer, an injected clock for the stall watch."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import aiohttp
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from tests.test_worker_jobs import FakeProducer, Site, make_job, make_worker, message, poll, session, site, start
+from workers.membership import Membership
+
+__all__ = ["session", "site"]  # the fixtures, imported for these tests
+
+TP = ("crawl.jobs", 0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_gap_between_ticks_makes_ownership_unknown_until_confirmed() -> None:
+    clock = Clock()
+    m = Membership(stall=2.0, clock=clock)
+    assert m.owns(TP) is False  # never assigned
+    clock.t += 30  # a stall while owning nothing: nothing to doubt
+    m.assigned([TP])
+    assert m.owns(TP) is True
+    clock.t += 1.5
+    assert m.owns(TP) is True  # shorter than the stall threshold
+    clock.t += 20
+    assert m.owns(TP) is None and m.stalls == 1
+    asked = m.now()
+    clock.t += 0.1
+    m.confirmed(asked)
+    assert m.owns(TP) is True
+    clock.t += 20
+    asked_before = m.now() - 30  # a confirmation asked before the stall does not clear it
+    assert m.owns(TP) is None
+    m.confirmed(asked_before)
+    assert m.owns(TP) is None
+    m.revoked([TP])
+    assert m.owns(TP) is False
+
+
+def worker_with(clock: Clock, producer: FakeProducer) -> Any:
+    worker = make_worker(producer)
+    worker.jobs.membership = Membership(stall=2.0, clock=clock)
+    worker.jobs.membership.assigned([TP])
+    return worker
+
+
+async def test_a_job_held_through_a_stall_is_dropped_unsent_when_the_assignment_is_lost(
+    site: Site, session: aiohttp.ClientSession
+) -> None:
+    site.routes["/a"] = (200, {}, b"a")
+    clock, producer = Clock(), FakeProducer()
+    worker = worker_with(clock, producer)
+    job = make_job(site.url("/a"))
+    job.not_before = time.time() + 0.3  # held for its slot
+    task = start(worker, session, message(job))
+    await poll(lambda: worker.jobs.metrics.held._value.get() == 1, 5, "the job to be held")
+    clock.t += 20  # the process was stopped for 20 s (its timers fire late, all at once)
+    await poll(lambda: time.time() > job.not_before + 0.2, 5, "the job's slot to pass")
+    assert site.hits == [] and not task.done()  # not sent while its ownership is unknown
+    worker.jobs._lose({TP}, "the group's assignment was lost")  # the consumer hears it (on_lost)
+    await poll(task.done, 5, "the held job to be dropped")
+    await worker.jobs.publisher.settled()
+    assert site.hits == [] and producer.records == [] and worker.jobs.dropped == 1  # unsent, unreported
+    assert worker.jobs.tracker.commit_points() == []  # nothing of that partition is committed here
+
+
+async def test_a_job_held_through_a_stall_goes_once_the_group_confirms_the_membership(
+    site: Site, session: aiohttp.ClientSession
+) -> None:
+    site.routes["/b"] = (200, {}, b"b")
+    clock, producer = Clock(), FakeProducer()
+    worker = worker_with(clock, producer)
+    job = make_job(site.url("/b"))
+    job.not_before = time.time() + 0.2
+    task = start(worker, session, message(job))
+    await poll(lambda: worker.jobs.metrics.held._value.get() == 1, 5, "the job to be held")
+    clock.t += 20
+    await poll(lambda: time.time() > job.not_before + 0.2, 5, "the job's slot to pass")
+    assert site.hits == []
+
+    class Accepting:
+        def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
+            return offsets
+
+    worker.jobs._confirm(Accepting())
+    await poll(task.done, 5, "the job to be fetched")
+    await worker.jobs.publisher.settled()
+    assert site.hits == ["/b"] and [fb.outcome for fb in producer.feedback()] == ["fetched"]
+
+
+async def test_a_job_of_a_partition_not_owned_is_dropped_even_past_its_expiry(
+    site: Site, session: aiohttp.ClientSession
+) -> None:
+    """Past its expiry a held job is handed back ("expired" feedback) by its owner only: from a worker
+    that no longer owns it, that report would close the lease the new owner is fetching under."""
+    clock, producer = Clock(), FakeProducer()
+    worker = worker_with(clock, producer)
+    worker.jobs.membership.revoked([TP])
+    job = make_job(site.url("/c"))
+    job.expires_at = time.time() - 1
+    await start(worker, session, message(job))
+    await worker.jobs.publisher.settled()
+    assert producer.records == [] and site.hits == [] and worker.jobs.dropped == 1
+
+
+async def test_a_commit_refused_as_an_expired_member_means_the_partitions_are_lost() -> None:
+    clock = Clock()
+    worker = worker_with(clock, FakeProducer())
+    jobs = worker.jobs
+    jobs.tracker.started(*TP, 7)
+    clock.t += 20
+    assert jobs.membership.suspect
+
+    class Refusing:
+        def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
+            assert not asynchronous and offsets == [TopicPartition(*TP, 7)]
+            raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "expired"))
+
+    jobs._confirm(Refusing())
+    assert jobs.membership.owns(TP) is False and jobs.tracker.commit_points() == []
+
+    jobs.membership.assigned([TP])
+    jobs.tracker.started(*TP, 9)
+    clock.t += 20
+
+    class Rebalancing:
+        def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
+            raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "rebalancing"))
+
+    jobs._confirm(Rebalancing())
+    assert jobs.membership.owns(TP) is None  # not known yet: asked again, nothing dropped

@@ -1,0 +1,100 @@
+"""The fenced writes of an owned partition (frontier/service/writer.py), with a stand-in for the
+transactional producer: records of a transaction become visible together, on commit; writes made
+during a commit wait for the next one, in order; a failed commit (fenced by a newer owner) runs no
+callback, reports the failure once, and the close says the store cannot be trusted."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from frontier.partition.keys import ACK_KEY
+from frontier.service.writer import PartitionWriter, WriteFailed, fenced
+from tests.test_service_protocol import Recorder
+
+
+async def until(condition: object, timeout: float = 5.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():  # type: ignore[operator]
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.002)
+
+
+async def test_records_of_a_transaction_become_visible_together_and_callbacks_run_after() -> None:
+    rec = Recorder()
+    writer = PartitionWriter(rec, "state", 3, applied=1)
+    await writer.start()
+    done: list[str] = []
+    rec.hold.set()
+    writer.write("state", b"v1", b"k1", 3)
+    writer.write("jobs", b"job", b"host")
+    writer.commit(lambda: done.append("first"))
+    await asyncio.sleep(0.02)
+    writer.write("state", b"v2", b"k2", 3)  # during the commit: held for the next transaction
+    writer.commit(lambda: done.append("second"))
+    assert rec.sent == [] and done == []
+    rec.hold.clear()
+    await until(lambda: done == ["first", "second"])
+    assert [k for _, k, _ in rec.sent] == [b"k1", b"host", ACK_KEY, b"k2", ACK_KEY]
+    assert rec.commits == 2
+    assert writer.applied == 4  # the offset of the last marker: what a clean close records
+    assert await writer.close() == 4
+
+
+async def test_a_store_that_wrote_nothing_closes_at_the_offset_it_restored_to() -> None:
+    writer = PartitionWriter(Recorder(), "state", 0, applied=17)
+    await writer.start()
+    assert await writer.close() == 17
+
+
+class Fenced(Recorder):
+    def commit_transaction(self, timeout: float) -> None:
+        raise KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+
+
+async def test_a_fenced_commit_runs_no_callback_and_the_store_is_not_trusted() -> None:
+    failures: list[WriteFailed] = []
+    writer = PartitionWriter(Fenced(), "state", 2, applied=10, on_failure=failures.append)
+    await writer.start()
+    acked: list[int] = []
+    writer.write("state", b"v", b"k", 2)
+    writer.commit(lambda: acked.append(1))
+    await until(lambda: failures)
+    assert acked == [] and failures[0].fenced and "another instance owns it" in str(failures[0])
+    writer.write("jobs", b"job", b"host")  # a zombie's later writes go nowhere
+    writer.commit(lambda: acked.append(2))
+    assert await writer.close() is None and acked == [] and len(failures) == 1
+
+
+def test_only_fencing_errors_count_as_fenced() -> None:
+    assert fenced(KafkaException(KafkaError(KafkaError.PRODUCER_FENCED)))
+    assert fenced(KafkaException(KafkaError(KafkaError.INVALID_PRODUCER_EPOCH)))
+    assert not fenced(KafkaException(KafkaError(KafkaError._TIMED_OUT)))
+    assert not fenced(RuntimeError("x"))
+
+
+async def test_input_waits_while_too_many_records_are_held_for_the_next_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    import frontier.service.writer as module
+
+    rec = Recorder()
+    writer = PartitionWriter(rec, "state", 0, applied=-1)
+    monkeypatch.setattr(module, "MAX_PENDING", 3)
+    try:
+        rec.hold.set()
+        writer.write("state", b"v", b"k0", 0)
+        writer.commit()
+        await asyncio.sleep(0.01)
+        for n in range(5):
+            writer.write("state", b"v", b"k%d" % (n + 1), 0)
+        assert writer.crowded
+        waiting = asyncio.ensure_future(writer.room())
+        await asyncio.sleep(0.02)
+        assert not waiting.done()
+        rec.hold.clear()
+        await asyncio.wait_for(waiting, 5)
+    finally:
+        rec.hold.clear()
+    assert await writer.close() is not None
+    assert [k for _, k, _ in rec.sent if k != ACK_KEY] == [b"k%d" % n for n in range(6)]
