@@ -181,3 +181,29 @@ def test_with_a_resolver_urls_are_keyed_by_their_hosts_address() -> None:
 
 def socket_error(host: str) -> list[str]:
     raise OSError(-2, f"{host}: Name or service not known")
+
+
+def test_a_failed_commit_of_routed_input_is_retried_and_never_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 27: a failed synchronous commit in the embedded router ended the frontier process."""
+    import threading
+
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    from frontier.intake import router as module
+
+    monkeypatch.setattr(module.time, "sleep", lambda _s: None)
+
+    class Consumer:
+        def __init__(self, failures: int) -> None:
+            self.failures, self.calls = failures, 0
+
+        def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
+            self.calls += 1
+            if self.calls <= self.failures:
+                raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS))
+
+    for failures, calls in ((2, 3), (10, module.COMMIT_TRIES)):
+        r = module.Router.__new__(module.Router)
+        r._consumer, r._stop = Consumer(failures), threading.Event()  # type: ignore[assignment]
+        r._commit([TopicPartition("crawl.urls", 0, 5)])  # does not raise
+        assert r._consumer.calls == calls  # type: ignore[attr-defined]

@@ -19,6 +19,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+import msgspec
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -31,7 +32,7 @@ from frontier.service import service as service_module
 from frontier.service.lock import lock_state_dir
 from frontier.service.service import FrontierService
 from tests.test_service_protocol import Event, Recorder, serve, settle
-from topics.schemas import EncodedUrlBatch, Feedback, FeedbackBatch, encode
+from topics.schemas import ControlCommand, EncodedUrlBatch, Feedback, FeedbackBatch, encode
 
 
 class Message:
@@ -219,3 +220,65 @@ def test_the_cli_refuses_a_second_frontier_on_one_state_dir(tmp_path: Path) -> N
         holder.wait()
     lines = out.stderr.strip().splitlines()
     assert out.returncode == 2 and len(lines) == 1 and "in use by another frontier instance" in lines[0], out.stderr
+
+
+# -- records delivered again after a rebalance ------------------------------------------------------
+def owned_service() -> tuple[FrontierService, Recorder, PartitionFrontier]:
+    settings = FrontierConfig(robots_obey=False, dispatch_lead=0.0)
+    svc = FrontierService(replace(Config(), frontier=settings), clock=lambda: 1000.0)
+    rec = Recorder()
+    kv = MemoryKV()
+    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc._changelog(0))
+    serve(svc, rec, f, kv)
+    f.rebuild(1000.0)
+    return svc, rec, f
+
+
+async def test_feedback_delivered_again_counts_once() -> None:
+    """A 429 applied twice would step the host's backoff twice (and a second application of its
+    lease's result finds no lease: 'late', applied again to the host)."""
+    svc, rec, f = owned_service()
+    f.ingest([parse_input(b"http://a.test/1")], 1000.0)
+    [job] = f.dispatch(1000.0).jobs
+    fb = Feedback(lease=job.lease, host="a.test", domain="a.test", url=job.item.url, outcome="retry", status=429,
+                  sent_at=1000.0, done_at=1000.1, headers={"retry-after": "30"})  # fmt: skip
+    await svc.handle_feedback(0, FeedbackBatch(items=[fb]), OffsetEvent(10))
+    await settle(svc)
+    once = (f._state("a.test"), msgspec.structs.asdict(f.stats))
+    again = OffsetEvent(10)
+    await svc.handle_feedback(0, FeedbackBatch(items=[fb]), again)
+    await settle(svc)
+    assert again.acked and (f._state("a.test"), msgspec.structs.asdict(f.stats)) == once
+    assert (svc.topics.state, b"If", b"10") in rec.sent  # committed with the feedback's effects
+    newer = OffsetEvent(11)
+    await svc.handle_feedback(0, FeedbackBatch(items=[fb]), newer)  # a later record is applied (late here)
+    assert f.stats.stale_feedback == once[1]["stale_feedback"] + 1
+
+
+async def test_a_drop_delivered_again_keeps_what_was_queued_since() -> None:
+    svc, _, f = owned_service()
+    await svc.handle_urls(0, EncodedUrlBatch(items=[encode(parse_input(b"http://spam.test/1"))]), OffsetEvent(3))
+    drop = ControlCommand(action="drop", scope="spam.test")
+    await svc.handle_control(0, drop, OffsetEvent(7))
+    assert f.queued() == 0
+    await svc.handle_urls(0, EncodedUrlBatch(items=[encode(parse_input(b"http://spam.test/2"))]), OffsetEvent(4))
+    assert f.queued() == 1
+    again = OffsetEvent(7)
+    await svc.handle_control(0, drop, again)
+    assert again.acked and f.queued() == 1  # the drop settled what was queued when it was issued
+    replayed = OffsetEvent(3)  # a URL batch again: nothing applied twice (counted once)
+    await svc.handle_urls(0, EncodedUrlBatch(items=[encode(parse_input(b"http://spam.test/1"))]), replayed)
+    assert replayed.acked and f.stats.duplicates == 0 and f.queued() == 1
+
+
+async def test_a_partition_restored_from_its_changelog_remembers_what_it_applied() -> None:
+    svc, rec, f = owned_service()
+    await svc.handle_control(0, ControlCommand(action="pause", scope="x.test"), OffsetEvent(5))
+    await settle(svc)
+    kv = MemoryKV()
+    for topic, key, value in rec.sent:
+        if topic == svc.topics.state and key is not None and not key.startswith(b"\0"):
+            kv.put(key, value) if value is not None else kv.delete(key)
+    restored = PartitionFrontier(0, kv, f.settings, f.throttle, lambda k, v: None)
+    restored.rebuild(1000.0)
+    assert restored.applied_input("c") == 5 and restored.applied_input("f") == -1

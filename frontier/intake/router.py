@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from topics.schemas import Rejected, UrlBatch, UrlItem, encode
 log = logging.getLogger(__name__)
 
 BATCH_ITEMS = 2000  # URLs per UrlBatch record, at most
+COMMIT_TRIES = 4  # a failed commit of routed input is tried this often (0.2, 0.4, 0.8 s apart), then left
 TOO_LARGE = "submission too large after parsing"
 
 # A UrlBatch record is these bytes around its items' encodings joined by commas: the router
@@ -283,8 +285,7 @@ class Router:
                     t, p, o = coordinates(m)
                     next_offsets[(t, p)] = o + 1
                 if next_offsets:
-                    tps = [TopicPartition(t, p, o) for (t, p), o in next_offsets.items()]
-                    self._consumer.commit(offsets=tps, asynchronous=False)
+                    self._commit([TopicPartition(t, p, o) for (t, p), o in next_offsets.items()])
         except BaseException as exc:
             log.exception("router failed")
             self.error = exc
@@ -293,6 +294,20 @@ class Router:
             self._consumer.close()
             if self.resolver is not None:
                 self.resolver.close()
+
+    def _commit(self, tps: list[TopicPartition]) -> None:
+        """Commit what was routed, retried a few times; a commit that still fails is not fatal: the
+        next one covers these offsets too, and what a rebalance delivers again is routed again (the
+        frontier applies a URL once: its seen set and its record of the batches it applied)."""
+        for attempt in range(COMMIT_TRIES):
+            try:
+                self._consumer.commit(offsets=tps, asynchronous=False)
+                return
+            except KafkaException as exc:
+                if attempt == COMMIT_TRIES - 1 or self._stop.is_set():
+                    log.warning("router commit failed (%s): left to the next commit", exc)
+                    return
+                time.sleep(0.2 * 2**attempt)
 
     def _forward(self, msgs: list[Message]) -> None:
         routed, rejected = forward(msgs, self.topics, self._deliver, resolver=self.resolver)

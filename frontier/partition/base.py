@@ -62,6 +62,7 @@ class PartitionBase:
         self._sweep_slice = int.from_bytes(os.urandom(2), "big") % SWEEP_SLICES
         self._sweep_after = b""
         self._swept_at: float | None = None  # when sweep_due last ran a sweep
+        self._inputs: dict[str, int] = {}  # input role → offset applied up to (cache of I<role>)
 
     # -- writes (store + changelog) -------------------------------------------------------------
     def _put(self, key: bytes, value: bytes) -> None:

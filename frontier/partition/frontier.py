@@ -24,6 +24,7 @@ from frontier.partition.keys import (
     REVISIT,
     STATS_KEY,
     QueueId,
+    input_key,
     is_multi,
     lease_of,
     override_of,
@@ -194,6 +195,20 @@ class PartitionFrontier(Leases, Visibility):
             self._scheduler.schedule(qid, now)
             if is_multi(qid):
                 self._index_queue(qid)
+
+    def applied_input(self, role: str) -> int:
+        """The offset of the last record of input ``role`` applied here (-1: none)."""
+        offset = self._inputs.get(role)
+        if offset is None:
+            raw = self.kv.get(input_key(role))
+            offset = self._inputs[role] = int(raw) if raw is not None else -1
+        return offset
+
+    def note_input(self, role: str, offset: int) -> None:
+        """Record that input ``role`` is applied up to ``offset`` (with the changes it caused)."""
+        if offset > self.applied_input(role):
+            self._inputs[role] = offset
+            self._put(input_key(role), str(offset).encode())
 
     def save_stats(self) -> None:
         """Store the counters if they changed (the service calls this once per batch of events)."""

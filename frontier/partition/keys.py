@@ -12,6 +12,9 @@ stores and changelogs written by earlier versions and must stay byte for byte:
 - ``C``                                the partition's counters, value: Stats (they move with it)
 - ``O<name>``                          an operator's override of a scope name (pause, delay, concurrency)
 - ``V<due ms><fingerprint>``           a fetched URL due for a revisit at ``due``, value: UrlItem
+- ``I<input>``                         the offset of the last record of an input topic (``u`` URL batches,
+  ``f`` feedback, ``c`` control) applied to the partition, written in the same transaction as its
+  effects: a record delivered again after a rebalance is applied once (``frontier.service``)
 - ``\\x00…`` (``META``)                 local bookkeeping of the instance that holds the store, never
   sent to the changelog: the clean-close and standby markers (``frontier.service.restore``,
   ``frontier.service.standby``); ``ACK_KEY`` is the one META key that goes to the changelog, as a
@@ -43,6 +46,7 @@ LEASE = b"L"
 STATS_KEY = b"C"
 OVERRIDE = b"O"
 REVISIT = b"V"
+INPUT = b"I"
 META = b"\x00"  # local bookkeeping: never goes to the changelog (ACK_KEY aside, see the module doc)
 
 CLEAN_KEY = META + b"clean-offset"  # present only while the database is closed cleanly
@@ -121,6 +125,10 @@ def state_key(scope: str) -> bytes:
 
 def robots_key(site: str) -> bytes:
     return ROBOTS + site.encode()
+
+
+def input_key(role: str) -> bytes:
+    return INPUT + role.encode()
 
 
 def lease_key(lease_id: str) -> bytes:

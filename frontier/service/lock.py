@@ -7,6 +7,7 @@ refuses at start instead, in one line naming the folder and the holder.
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import os
 from pathlib import Path
@@ -39,5 +40,13 @@ def lock_state_dir(state_dir: str | Path, app_id: str) -> Path:
     handle.truncate()
     handle.write(f"pid {os.getpid()}\n")
     handle.flush()
+    if not _held:
+        atexit.register(_release_all)
     _held[path] = handle
     return path
+
+
+def _release_all() -> None:
+    for handle in _held.values():
+        handle.close()  # the lock goes with the process anyway; closed so nothing reports it leaked
+    _held.clear()

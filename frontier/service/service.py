@@ -53,8 +53,15 @@ from topics.schemas import (
 
 log = logging.getLogger("frontier")
 
+URLS, FEEDBACK, CONTROL = "u", "f", "c"  # the input topics, as the partition records how far each is applied
 OPEN_ATTEMPTS = 6  # tries to open a partition's store before the process gives up (exit, restarted)
 OPEN_BACKOFF = 1.0  # seconds before the second try, doubled each time (at most 30)
+
+
+def input_offset(event: Ackable) -> int | None:
+    """The offset of the input record behind ``event`` (None: not known, e.g. a test's event)."""
+    offset = getattr(getattr(event, "message", None), "offset", None)
+    return offset if isinstance(offset, int) else None
 
 
 class FrontierService(Reporting):
@@ -271,10 +278,30 @@ class FrontierService(Reporting):
         if owned is None:
             return
         await owned.writer.room()
+        if self._applied_before(owned, URLS, event):
+            return
         items, encoded = await self._decode_items(p, batch, event)
         owned.frontier.ingest(items, self.clock(), encoded)
+        self._note(owned, URLS, event)
         self._mark(p, owned, (event,))
         self._wake.set()
+
+    @staticmethod
+    def _applied_before(owned: _Owned, role: str, event: Ackable) -> bool:
+        """A record delivered again (a rebalance drops offsets acked but not yet committed) that this
+        partition already applied: acknowledged, not applied twice (a drop would remove URLs queued
+        since, a 429 would count twice)."""
+        offset = input_offset(event)
+        if offset is None or offset > owned.frontier.applied_input(role):
+            return False
+        event.ack()
+        return True
+
+    @staticmethod
+    def _note(owned: _Owned, role: str, event: Ackable) -> None:
+        offset = input_offset(event)
+        if offset is not None:
+            owned.frontier.note_input(role, offset)  # committed with the changes the record caused
 
     async def _decode_items(self, p: int, batch: EncodedUrlBatch, event: Ackable) -> tuple[list[UrlItem], list[bytes]]:
         items: list[UrlItem] = []
@@ -295,6 +322,8 @@ class FrontierService(Reporting):
         if owned is None:
             return
         await owned.writer.room()
+        if self._applied_before(owned, FEEDBACK, event):
+            return
         now = self.clock()
         for fb in batch.items:
             try:
@@ -306,7 +335,9 @@ class FrontierService(Reporting):
                                    self.topics.feedback, p, offset)  # fmt: skip
                 continue
             self.metrics.feedback.labels(fetch_class(fb.outcome, fb.status)).inc()
-        owned.fed(getattr(getattr(event, "message", None), "offset", owned.feedback_due))
+        offset = input_offset(event)
+        owned.fed(owned.feedback_due if offset is None else offset)
+        self._note(owned, FEEDBACK, event)
         self._mark(p, owned, (event,))
         self._wake.set()
 
@@ -328,6 +359,8 @@ class FrontierService(Reporting):
         owned = await self._partition(p)
         if owned is None:
             return
+        if self._applied_before(owned, CONTROL, event):
+            return
         try:
             dropped = owned.frontier.control(cmd, self.clock())
         except Refused as exc:  # never silently dropped: the command and why go to crawl.rejected
@@ -338,6 +371,7 @@ class FrontierService(Reporting):
             return
         log.info("control %s %s%s (partition %d)", cmd.action, cmd.scope,
                  f": {dropped} queued URL(s) dropped" if cmd.action == "drop" else "", p)  # fmt: skip
+        self._note(owned, CONTROL, event)
         self._mark(p, owned, (event,))
         self._wake.set()
 
