@@ -108,3 +108,58 @@ def test_a_job_taken_before_a_revoke_inside_the_same_take_is_dropped() -> None:
 
     taken = _take(Consumer(), 10)  # type: ignore[arg-type]
     assert [(m.partition(), m.offset()) for m in taken] == [(1, 3)]
+
+
+# -- what a previous owner reported (issue 27: reported is done) ------------------------------------
+def test_finished_offsets_above_the_commit_point_travel_with_it_and_are_skipped_by_the_next_owner() -> None:
+    old = OffsetTracker()
+    for offset in range(100, 110):
+        old.started(T, 0, offset)
+    for offset in (101, 102, 103, 105, 109):
+        old.finished(T, 0, offset)
+    [tp] = old.commit_points()
+    assert tp.offset == 100 and tp.metadata == "done:1-3,5,9"
+    new = OffsetTracker()
+    assert new.skip([tp]) == 5
+    fetched = [o for o in range(100, 110) if not new.reported_before(T, 0, o)]
+    assert fetched == [100, 104, 106, 107, 108]  # only what was not reported is fetched again
+    for o in fetched:
+        new.started(T, 0, o)
+        new.finished(T, 0, o)
+    assert [(p.offset, p.metadata) for p in new.commit_points()] == [(110, None)]
+
+
+def test_metadata_that_cannot_be_read_skips_nothing() -> None:
+    from confluent_kafka import TopicPartition
+
+    t = OffsetTracker()
+    for metadata in ("", "garbage", "done:x", "done:5-2", "done:-1"):
+        assert t.skip([TopicPartition(T, 0, 10, metadata)]) == 0
+    assert not t.reported_before(T, 0, 11)
+
+
+def test_metadata_stays_within_its_bound() -> None:
+    from workers.offsets import METADATA_CHARS, decode_done, encode_done
+
+    done = set(range(1, 20_000, 2))  # 10,000 lone offsets
+    text = encode_done(0, done)
+    assert text is not None and len(text) <= METADATA_CHARS
+    assert decode_done(0, text) <= done and min(decode_done(0, text)) == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.sets(st.integers(0, 500), max_size=80), st.integers(0, 10**9))
+def test_done_offsets_round_trip(done: set[int], base: int) -> None:
+    from workers.offsets import decode_done, encode_done
+
+    shifted = {base + 1 + o for o in done}
+    assert decode_done(base, encode_done(base, shifted)) == shifted
+
+
+def test_a_finish_of_a_forgotten_partition_is_ignored() -> None:
+    t = OffsetTracker()
+    t.started(T, 0, 5)
+    t.forget({(T, 0)})
+    t.started(T, 0, 5)  # the partition came back: the same offset, delivered again
+    t.finished(T, 0, 4)  # a stale finish from before is no business of this incarnation
+    assert points(t) == {0: 5}

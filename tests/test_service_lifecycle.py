@@ -282,3 +282,17 @@ async def test_a_partition_restored_from_its_changelog_remembers_what_it_applied
     restored = PartitionFrontier(0, kv, f.settings, f.throttle, lambda k, v: None)
     restored.rebuild(1000.0)
     assert restored.applied_input("c") == 5 and restored.applied_input("f") == -1
+
+
+async def test_the_frontiers_faust_consumer_reads_committed_records_only() -> None:
+    """Workers write reports in transactions; feedback of an aborted one (an expired worker's)
+    must never be applied, so faust's consumer (read_uncommitted unless its own exactly-once mode
+    is on) is made read_committed."""
+    from frontier.service.app import build_app
+
+    app, _ = build_app(Config())
+    consumer = app.consumer._thread._create_worker_consumer(app.transport)
+    try:
+        assert consumer._isolation_level == "read_committed"
+    finally:
+        await consumer.stop()

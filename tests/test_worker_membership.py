@@ -144,3 +144,56 @@ async def test_a_commit_refused_as_an_expired_member_means_the_partitions_are_lo
 
     jobs._confirm(Rebalancing())
     assert jobs.membership.owns(TP) is None  # not known yet: asked again, nothing dropped
+
+
+class RecordingConsumer:
+    """What a worker's consumer commits, in order with what its producer publishes."""
+
+    def __init__(self, producer: FakeProducer, refuse: KafkaError | None = None) -> None:
+        self.producer, self.refuse = producer, refuse
+        self.commits: list[tuple[list[tuple[int, str | None]], int]] = []  # (points, records published before)
+
+    def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
+        self.commits.append(([(tp.offset, tp.metadata) for tp in offsets], len(self.producer.records)))
+        if self.refuse is not None:
+            raise KafkaException(self.refuse)
+        return offsets
+
+
+async def test_a_jobs_done_mark_is_committed_before_its_report_goes_out(
+    site: Site, session: aiohttp.ClientSession
+) -> None:
+    """Reported is done (issue 27, defect 6): a worker frozen or killed right after a report landed
+    left the job uncommitted, and the partition's next owner fetched it again. The mark (the
+    offset, or the commit's ``done:`` metadata above a job still open) now lands first."""
+    site.routes["/d"] = (200, {}, b"d")
+    clock, producer = Clock(), FakeProducer()
+    worker = worker_with(clock, producer)
+    consumer = RecordingConsumer(producer)
+    worker.jobs._consumer = consumer
+    worker.jobs.tracker.started(*TP, 4)  # an earlier job still open: the mark goes in the metadata
+    task = start(worker, session, message(make_job(site.url("/d")), offset=5))
+    await poll(lambda: bool(worker.jobs._marks), 5, "the job to wait for its mark")
+    assert producer.records == []  # fetched, not reported before its mark is committed
+    worker.jobs._commit_marks(consumer)
+    await poll(task.done, 5, "the report")
+    await worker.jobs.publisher.settled()
+    assert consumer.commits == [([(4, "done:1")], 0)]  # offset 5 done above the open 4, before any record
+    assert [fb.outcome for fb in producer.feedback()] == ["fetched"] and len(producer.pages()) == 1
+
+
+async def test_a_mark_refused_as_from_an_expired_member_reports_nothing(
+    site: Site, session: aiohttp.ClientSession
+) -> None:
+    site.routes["/e"] = (200, {}, b"e")
+    clock, producer = Clock(), FakeProducer()
+    worker = worker_with(clock, producer)
+    consumer = RecordingConsumer(producer, refuse=KafkaError(KafkaError.ILLEGAL_GENERATION, "stale"))
+    worker.jobs._consumer = consumer
+    task = start(worker, session, message(make_job(site.url("/e")), offset=9))
+    await poll(lambda: bool(worker.jobs._marks), 5, "the job to wait for its mark")
+    worker.jobs._commit_marks(consumer)
+    await poll(task.done, 5, "the job to end")
+    await worker.jobs.publisher.settled()
+    assert site.hits == ["/e"] and producer.records == []  # its new owner reports it, not this worker
+    assert worker.jobs.membership.owns(TP) is False

@@ -64,12 +64,15 @@ class JobsBase:
         self.handler: Handler | None = None
         self.tracker = OffsetTracker()
         self.membership: Membership | None = None  # set by start(): the consumer's partitions (None: all)
+        # jobs marked done, waiting for the consumer's loop to commit the mark before they report
+        self._marks: list[asyncio.Future[bool]] = []
         self.gates: dict[str, _HostGate] = defaultdict(_HostGate)
         self.metrics = WorkerMetrics()
         self.publisher: Publisher  # set by start() (tests set it directly)
         # how long a revoke waits for the jobs of the partitions it takes away; then they are cancelled
         self.revoke_grace = cfg.frontier.fetch_timeout + 30
         self.fetched = self.returned = self.skipped = self.dropped = 0
+        self.skipped_reported = 0  # re-delivered jobs a previous owner had reported (not fetched again)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._slots: asyncio.Semaphore | None = None
         self._ready: asyncio.Queue[LeasedJob] | None = None
@@ -144,6 +147,18 @@ class JobsBase:
         self._slots.release()
         self.metrics.inflight.dec()
 
+    async def mark_done(self, leased: LeasedJob) -> bool:
+        """Before a job's report goes out: its offset is committed as done (the commit's metadata,
+        :mod:`workers.offsets`), so a worker that takes the partition over never fetches a job whose
+        report landed. False: the group refused the commit as from an expired member (the job is
+        another worker's now: report nothing). Without a consumer (tests): at once, True."""
+        self.tracker.finished(*leased._coords)
+        if self._consumer is None or self._loop is None:
+            return True
+        mark: asyncio.Future[bool] = self._loop.create_future()
+        self._marks.append(mark)
+        return await mark
+
     def owns(self, leased: LeasedJob) -> bool | None:
         """Whether the job's partition is still this worker's (None: unknown, after a stall)."""
         if self.membership is None:
@@ -159,12 +174,16 @@ class JobsBase:
         return owned is True
 
     def _drop(self, leased: LeasedJob) -> None:
-        """Its partition is no longer this worker's: over here, unsent and unreported."""
+        """Over here, unsent and unreported, its offset left uncommitted: its partition is (or is
+        about to be) another worker's, which gets the job again."""
         if not leased.reported:
             leased.reported = True
             self.dropped += 1
-            log.info("%r dropped: its partition is another worker's now", leased)
-        self._done(leased)
+            log.info("%r dropped: its partition is another worker's", leased)
+        self._leave(leased)
+        timer = self._timers.pop(leased, None)
+        if timer is not None:
+            timer.cancel()
 
     def _done(self, leased: LeasedJob) -> None:
         """The job is over here: its slot freed, its offset may be committed."""

@@ -48,10 +48,16 @@ class Consuming(JobsBase):
                 if msg.error() is not None:
                     log.warning("consume error: %s", msg.error())
                     continue
+                if self.tracker.reported_before(*coordinates(msg)):
+                    self.skipped_reported += 1  # its previous owner's report landed: not fetched again
+                    continue
                 self._start(msg)
             if self.membership is not None and self.membership.suspect:
                 await asyncio.to_thread(self._confirm, consumer)
-            if time.monotonic() - last_commit > 1.0:
+            if self._marks:  # jobs about to report: their done marks first (between polls, on this loop)
+                last_commit = time.monotonic()
+                await asyncio.to_thread(self._commit_marks, consumer)
+            elif time.monotonic() - last_commit > 1.0:
                 last_commit = time.monotonic()
                 self._commit(consumer)
             if time.monotonic() - last_prune > GATE_PRUNE_EVERY:
@@ -65,8 +71,47 @@ class Consuming(JobsBase):
                     log.debug("consumer lag not measured: %s", exc)
 
     def _on_assign(self, c: Consumer, parts: list[TopicPartition]) -> None:
+        """On the consumer's thread: the partitions are this worker's; the jobs their previous owner
+        reported above its committed offset (the commit's metadata) are not fetched again."""
         if self.membership is not None:
             self.membership.assigned((tp.topic, tp.partition) for tp in parts)
+        if not parts:
+            return
+        try:
+            skipped = self.tracker.skip(c.committed(parts, timeout=10))
+        except KafkaException as exc:  # not known: those jobs may be fetched again (at least once)
+            log.warning("committed offsets of %d assigned partitions not read: %s", len(parts), exc)
+            return
+        if skipped:
+            log.info("%d jobs of the assigned partitions were reported by their previous owner", skipped)
+
+    def _commit_marks(self, consumer: Consumer) -> None:
+        """On the consumer's thread (between polls, or in its revoke callback): commit the offsets
+        with the jobs marked done, then let their reports go. Refused as from an expired member:
+        the partitions are lost, and those reports are not sent (their jobs are others' now); any
+        other failure lets them go anyway (a later commit covers the marks; until then a new owner
+        could fetch them again: at least once)."""
+        marks, self._marks = self._marks, []
+        if not marks:
+            return
+        points = self.tracker.commit_points()
+        go = True
+        error, lost = sync_commit(consumer, points) if points else (None, False)
+        if lost and self.membership is not None:
+            self._lose(self.membership.owned(), f"the group refused this worker's commit ({error})")
+            go = False
+        elif error is not None:
+            log.warning("done marks not committed (%s): their reports go anyway", error)
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+
+        def settle() -> None:
+            for mark in marks:
+                if not mark.done():
+                    mark.set_result(go)
+
+        loop.call_soon_threadsafe(settle)
 
     def _on_lost(self, c: Consumer, parts: list[TopicPartition]) -> None:
         """On the consumer's thread: the group expired this member. Its held jobs are dropped at
@@ -101,43 +146,51 @@ class Consuming(JobsBase):
         if not points:
             self.membership.confirmed(asked)  # nothing consumed, nothing held: nothing to send from before
             return
-        try:
-            results = consumer.commit(offsets=points, asynchronous=False) or []
-            errors = [tp.error for tp in results if tp.error is not None]
-        except KafkaException as exc:
-            errors = [exc.args[0]] if exc.args else []
-        codes = {err.code() for err in errors if isinstance(err, KafkaError)}
-        if not errors:
+        error, lost = sync_commit(consumer, points)
+        if error is None:
             self.membership.confirmed(asked)
             log.info("the group confirmed this worker's partitions after a stall")
-        elif codes & LOST_CODES:
-            self._lose(self.membership.owned(), f"the group expired this worker during a stall ({errors[0]})")
+        elif lost:
+            self._lose(self.membership.owned(), f"the group expired this worker during a stall ({error})")
         else:  # e.g. a rebalance in progress: asked again at the next turn
-            log.info("membership not confirmed yet after a stall: %s", errors[0])
+            log.info("membership not confirmed yet after a stall: %s", error)
             time.sleep(0.2)
 
     def _on_revoke(self, c: Consumer, parts: list[TopicPartition]) -> None:
-        """On the consumer's thread: finish what we started on these partitions (up to
-        ``revoke_grace``), commit it, then let them go. Jobs still running then are cancelled:
-        once the partition is given up, they must not send requests any more."""
+        """On the consumer's thread: drop the jobs of these partitions not sent yet (the new owner
+        sends them), finish the ones sent (up to ``revoke_grace``), commit, then let them go.
+        Jobs still running then are cancelled: once the partition is given up, they must not send
+        requests any more. Dropped and cancelled jobs' offsets stay uncommitted."""
         tps = {(tp.topic, tp.partition) for tp in parts}
+        self._cancel(tps, held_only=True)
         deadline = time.monotonic() + self.revoke_grace
         while self.tracker.open_count(tps) and time.monotonic() < deadline:
+            if not self._running_in(tps):
+                break  # what is left open was dropped unsent (its offset stays uncommitted)
+            self._commit_marks(c)  # the reports waiting for their marks (this thread commits them)
             time.sleep(0.05)
-        points = self.tracker.commit_points(tps)  # before cancelling: the new owner gets those jobs again
-        if self.tracker.open_count(tps):
+        self._commit_marks(c)
+        if self._running_in(tps):
             self._cancel(tps)
-        if points:
-            try:
-                c.commit(offsets=points, asynchronous=False)
-            except Exception as exc:  # noqa: BLE001 - the new owner re-fetches: at least once
-                log.warning("commit on revoke failed: %s", exc)
+        self._commit_before_revoke(c, tps)
         self.tracker.forget(tps)
         if self.membership is not None:
             self.membership.revoked(tps)
 
-    def _cancel(self, tps: set[tuple[str, int]]) -> None:
-        """Cancel the running jobs of ``tps`` on the event loop; return once that is done."""
+    def _commit_before_revoke(self, c: Consumer, tps: set[tuple[str, int]]) -> None:
+        """Commit what was finished on ``tps`` before they go."""
+        try:
+            if points := self.tracker.commit_points(tps):
+                c.commit(offsets=points, asynchronous=False)
+        except Exception as exc:  # noqa: BLE001 - the new owner re-fetches: at least once
+            log.warning("commit on revoke failed: %s", exc)
+
+    def _running_in(self, tps: set[tuple[str, int]]) -> int:
+        return sum(1 for tp in tps for task in list(self._running.get(tp, ())) if not task.done())
+
+    def _cancel(self, tps: set[tuple[str, int]], held_only: bool = False) -> None:
+        """Cancel the running jobs of ``tps`` (``held_only``: those not handed over yet) on the
+        event loop; return once that is done."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
@@ -146,8 +199,10 @@ class Consuming(JobsBase):
 
         def cancel() -> None:
             for tp in tps:
-                for task in self._running.pop(tp, set()):
+                tasks = self._running.get(tp, set())
+                for task in list(tasks & self._holding if held_only else tasks):
                     cancelled.append(int(task.cancel()))
+                    tasks.discard(task)
             requested.set()
 
         try:
@@ -161,6 +216,11 @@ class Consuming(JobsBase):
             if not requested.wait(10):
                 log.error("the event loop did not cancel the jobs of revoked partitions %s", sorted(tps))
                 return
+        if held_only:
+            if sum(cancelled):
+                log.info("dropped %d held jobs of revoked partitions %s (their new owner sends them)", sum(cancelled),
+                         sorted(tps))  # fmt: skip
+            return
         log.warning("cancelled %d jobs of revoked partitions %s, still running after %.0f s", sum(cancelled),
                     sorted(tps), self.revoke_grace)  # fmt: skip
 
@@ -173,12 +233,26 @@ class Consuming(JobsBase):
                 log.debug("commit failed: %s", exc)
 
 
+def sync_commit(consumer: Consumer, points: list[TopicPartition]) -> tuple[object | None, bool]:
+    """Commit ``points`` and wait for the answer: (the first error or None, whether the group
+    refused it as from an expired member)."""
+    errors: list[object] = []
+    try:
+        results = consumer.commit(offsets=points, asynchronous=False) or []
+        errors = [tp.error for tp in results if tp.error is not None]
+    except KafkaException as exc:
+        errors = [exc.args[0] if exc.args else exc]
+    lost = any(isinstance(e, KafkaError) and e.code() in LOST_CODES for e in errors)
+    return (errors[0] if errors else None), lost
+
+
 def _take(consumer: Consumer, most: int) -> list[Message]:
-    """Wait up to 0.1 s for the first job, then take whatever else is already there without waiting.
+    """Wait up to 0.05 s for the first job (reports finished meanwhile are committed after it),
+    then take whatever else is already there without waiting.
 
     (``consume(n, timeout)`` alone would hold a lone job until ``n`` arrive or the timeout ends.)
     """
-    first = consumer.poll(0.1)
+    first = consumer.poll(0.05)
     if first is None:
         return []
     if most <= 1:

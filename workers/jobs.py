@@ -110,7 +110,7 @@ class Jobs(Holding, Reporting, Consuming):
             await asyncio.sleep(0.05)
         consumer, self._consumer = self._consumer, None
         if consumer is not None:
-            self._commit(consumer)
+            await asyncio.to_thread(self._commit_marks, consumer)
             await asyncio.to_thread(self.publisher.producer.close)
             await asyncio.to_thread(consumer.close)
         if self._builtin is not None:
@@ -207,10 +207,7 @@ class Jobs(Holding, Reporting, Consuming):
             if not leased.reported and self._closing and leased not in self._timers:
                 await self.release(leased)  # shutting down before it was handed over: back at once
                 return
-            if self.owns(leased) is False and leased not in self._entered:
-                self._drop(leased)  # a lost assignment: unsent, unreported
-            else:
-                self._done(leased)  # a revoke: the partition's new owner gets it again
+            self._drop(leased)  # a revoke or a lost assignment: the partition's new owner gets it again
             raise
         except Exception:
             log.exception("job %s (%s) failed; it will come back after its lease", job.lease, job.item.url)

@@ -83,7 +83,12 @@ class Publisher:
         batches, self._feedback = self._feedback, defaultdict(list)
         for partition, queued in batches.items():
             for entries in by_size(queued):
-                self._publish(partition, entries)
+                try:
+                    self._publish(partition, entries)
+                except Exception as exc:  # noqa: BLE001 - refused at once: every sender learns it, none waits forever
+                    for _, f in entries:
+                        if not f.done():
+                            f.set_exception(exc)
 
     def _publish(self, partition: int, entries: list[Waiting]) -> None:
         """One FeedbackBatch record; each waiting sender learns of its delivery."""

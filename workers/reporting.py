@@ -1,5 +1,6 @@
-"""What a job's report becomes, in the protocol's order (docs/PROTOCOL.md): the page and its
-follow-ups, acknowledged; then the feedback that closes the lease. A page Kafka refuses becomes a
+"""What a job's report becomes, in the protocol's order (docs/PROTOCOL.md): the job's offset
+committed as done (so the partition's next owner never fetches a job whose report landed); the page
+and its follow-ups, acknowledged; then the feedback that closes the lease. A page Kafka refuses becomes a
 small error page; when not even that goes out, no feedback (the lease expires, the job comes
 back). Also a skipped job's page and feedback, a hand-back, and the rejection of a job that
 does not decode."""
@@ -27,6 +28,8 @@ class Reporting(JobsBase):
         leased.reported = True
         self._leave(leased)
         try:
+            if not await self.mark_done(leased):
+                return  # the partition is another worker's: nothing of it is reported here
             job = leased.job
             max_body = self.max_body(job)
             if len(outcome.body) > max_body:
@@ -41,6 +44,8 @@ class Reporting(JobsBase):
         """Declined without a request: a ``skipped`` page, acknowledged, then the feedback."""
         self._leave(leased)
         try:
+            if not await self.mark_done(leased):
+                return
             item = leased.item
             page = Page(v=SKIPPED_VERSION, url=item.url, outcome="skipped", error=reason[:500], meta=item.meta,
                         fetched_at=time.time(), worker=self.name)  # fmt: skip
@@ -58,6 +63,8 @@ class Reporting(JobsBase):
         leased.reported = True
         self._leave(leased)
         try:
+            if not await self.mark_done(leased):
+                return
             self.returned += 1
             self.metrics.observe(leased.kind, "expired", 0, 0.0)
             await self.publisher.report(self._feedback(leased, Outcome(), "expired"))

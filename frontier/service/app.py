@@ -61,10 +61,31 @@ def router_group(cfg: Config) -> str:
     return f"{cfg.frontier.app_id}-router"
 
 
+def read_committed() -> None:
+    """Make faust's consumer read committed records only (idempotent). faust reads uncommitted
+    records unless its own exactly-once mode is on; the workers' reports (crawl.feedback) are
+    written in transactions, and a report an expired worker could not commit must never count."""
+    from faust.transport.drivers import aiokafka as driver
+
+    thread = driver.AIOKafkaConsumerThread
+    if getattr(thread, "_read_committed", False):
+        return
+    create = thread._create_worker_consumer
+
+    def committed_only(self: Any, transport: Any) -> Any:
+        consumer = create(self, transport)
+        consumer._isolation_level = "read_committed"  # read by its fetcher, made in start()
+        return consumer
+
+    setattr(thread, "_create_worker_consumer", committed_only)  # noqa: B010 - a patch mypy would refuse
+    setattr(thread, "_read_committed", True)  # noqa: B010
+
+
 def build_app(cfg: Config, kafka: Kafka | None = None) -> tuple[faust.App, FrontierService]:
     """The faust app and its service; the service's own clients (changelog, jobs, restore,
     standby, router, live page) come from ``kafka`` (default: built from the configuration)."""
     t = cfg.topics
+    read_committed()
     app = faust.App(
         cfg.frontier.app_id,
         broker=[f"kafka://{server.strip()}" for server in cfg.kafka.bootstrap.split(",")],
