@@ -188,7 +188,7 @@ async def test_a_mark_refused_as_from_an_expired_member_reports_nothing(
     site.routes["/e"] = (200, {}, b"e")
     clock, producer = Clock(), FakeProducer()
     worker = worker_with(clock, producer)
-    consumer = RecordingConsumer(producer, refuse=KafkaError(KafkaError.ILLEGAL_GENERATION, "stale"))
+    consumer = RecordingConsumer(producer, refuse=KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "expired"))
     worker.jobs._consumer = consumer
     task = start(worker, session, message(make_job(site.url("/e")), offset=9))
     await poll(lambda: bool(worker.jobs._marks), 5, "the job to wait for its mark")
@@ -197,3 +197,25 @@ async def test_a_mark_refused_as_from_an_expired_member_reports_nothing(
     await worker.jobs.publisher.settled()
     assert site.hits == ["/e"] and producer.records == []  # its new owner reports it, not this worker
     assert worker.jobs.membership.owns(TP) is False
+
+
+async def test_a_mark_refused_during_a_rebalance_is_asked_again_and_the_partition_kept(
+    site: Site, session: aiohttp.ClientSession
+) -> None:
+    """A cooperative rebalance moves the generation while this member keeps its partitions: a
+    commit made meanwhile gets ILLEGAL_GENERATION (seen in the freeze tests). That is no loss: the
+    mark is asked again, and the job reported once it went through."""
+    site.routes["/f"] = (200, {}, b"f")
+    clock, producer = Clock(), FakeProducer()
+    worker = worker_with(clock, producer)
+    consumer = RecordingConsumer(producer, refuse=KafkaError(KafkaError.ILLEGAL_GENERATION, "rebalancing"))
+    worker.jobs._consumer = consumer
+    task = start(worker, session, message(make_job(site.url("/f")), offset=3))
+    await poll(lambda: bool(worker.jobs._marks), 5, "the job to wait for its mark")
+    worker.jobs._commit_marks(consumer)
+    assert worker.jobs.membership.owns(TP) is True and len(worker.jobs._marks) == 1 and not task.done()
+    consumer.refuse = None
+    worker.jobs._commit_marks(consumer)
+    await poll(task.done, 5, "the report")
+    await worker.jobs.publisher.settled()
+    assert [fb.outcome for fb in producer.feedback()] == ["fetched"] and len(consumer.commits) == 2

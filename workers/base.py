@@ -65,7 +65,7 @@ class JobsBase:
         self.tracker = OffsetTracker()
         self.membership: Membership | None = None  # set by start(): the consumer's partitions (None: all)
         # jobs marked done, waiting for the consumer's loop to commit the mark before they report
-        self._marks: list[asyncio.Future[bool]] = []
+        self._marks: list[tuple[asyncio.Future[bool], float]] = []  # (mark, monotonic time asked)
         self.gates: dict[str, _HostGate] = defaultdict(_HostGate)
         self.metrics = WorkerMetrics()
         self.publisher: Publisher  # set by start() (tests set it directly)
@@ -156,7 +156,7 @@ class JobsBase:
         if self._consumer is None or self._loop is None:
             return True
         mark: asyncio.Future[bool] = self._loop.create_future()
-        self._marks.append(mark)
+        self._marks.append((mark, time.monotonic()))
         return await mark
 
     def owns(self, leased: LeasedJob) -> bool | None:
@@ -174,12 +174,16 @@ class JobsBase:
         return owned is True
 
     def _drop(self, leased: LeasedJob) -> None:
-        """Over here, unsent and unreported, its offset left uncommitted: its partition is (or is
-        about to be) another worker's, which gets the job again."""
+        """Over here, unsent and unreported. Its partition is another worker's: its offset is left
+        uncommitted (the new owner gets the job again)."""
         if not leased.reported:
             leased.reported = True
             self.dropped += 1
             log.info("%r dropped: its partition is another worker's", leased)
+            if self.owns(leased) is not False:
+                # not known to be another's (no confirmation came): its offset must not hold the
+                # partition's commit point forever; the frontier's lease brings the job back
+                self.tracker.finished(*leased._coords)
         self._leave(leased)
         timer = self._timers.pop(leased, None)
         if timer is not None:

@@ -19,8 +19,11 @@ from workers.base import JobsBase
 
 log = logging.getLogger("worker")
 
-# a commit refused with these: the group has expired this member (its partitions are others' now)
-LOST_CODES = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.ILLEGAL_GENERATION, KafkaError.FENCED_INSTANCE_ID})
+# a commit refused with these: the group has expired this member (its partitions are others' now).
+# Not ILLEGAL_GENERATION: a cooperative rebalance bumps the generation while the member keeps its
+# partitions, and a commit made meanwhile gets it (measured); asked again, it goes through.
+LOST_CODES = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.FENCED_INSTANCE_ID})
+MARK_PATIENCE = 2.0  # seconds a report waits for its done mark to be committed, then goes anyway
 
 GATE_PRUNE_EVERY = 60.0  # seconds between two sweeps of idle gates
 
@@ -101,13 +104,20 @@ class Consuming(JobsBase):
             self._lose(self.membership.owned(), f"the group refused this worker's commit ({error})")
             go = False
         elif error is not None:
-            log.warning("done marks not committed (%s): their reports go anyway", error)
+            # e.g. a rebalance moving the generation: asked again at the next turn, for a while
+            now = time.monotonic()
+            waiting = [(m, at) for m, at in marks if now - at < MARK_PATIENCE]
+            if waiting:
+                self._marks[:0] = waiting
+            marks = [(m, at) for m, at in marks if now - at >= MARK_PATIENCE]
+            if marks:
+                log.warning("done marks not committed (%s): their reports go anyway", error)
         loop = self._loop
-        if loop is None or loop.is_closed():
+        if loop is None or loop.is_closed() or not marks:
             return
 
         def settle() -> None:
-            for mark in marks:
+            for mark, _ in marks:
                 if not mark.done():
                     mark.set_result(go)
 
@@ -162,6 +172,8 @@ class Consuming(JobsBase):
         Jobs still running then are cancelled: once the partition is given up, they must not send
         requests any more. Dropped and cancelled jobs' offsets stay uncommitted."""
         tps = {(tp.topic, tp.partition) for tp in parts}
+        if self.membership is not None:
+            self.membership.revoked(tps)  # from now on nothing held of them is sent
         self._cancel(tps, held_only=True)
         deadline = time.monotonic() + self.revoke_grace
         while self.tracker.open_count(tps) and time.monotonic() < deadline:
