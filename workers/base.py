@@ -173,16 +173,16 @@ class JobsBase:
             await asyncio.sleep(0.02)
         return owned is True
 
-    def _drop(self, leased: LeasedJob) -> None:
+    def _drop(self, leased: LeasedJob, finish: bool = False) -> None:
         """Over here, unsent and unreported. Its partition is another worker's: its offset is left
-        uncommitted (the new owner gets the job again)."""
+        uncommitted (the new owner gets the job again). ``finish``: the partition is not known to
+        be another's (no confirmation came): its offset must not hold the commit point forever
+        (the frontier's lease brings the job back)."""
         if not leased.reported:
             leased.reported = True
             self.dropped += 1
             log.info("%r dropped: its partition is another worker's", leased)
-            if self.owns(leased) is not False:
-                # not known to be another's (no confirmation came): its offset must not hold the
-                # partition's commit point forever; the frontier's lease brings the job back
+            if finish:
                 self.tracker.finished(*leased._coords)
         self._leave(leased)
         timer = self._timers.pop(leased, None)

@@ -88,7 +88,7 @@ class Consuming(JobsBase):
         if skipped:
             log.info("%d jobs of the assigned partitions were reported by their previous owner", skipped)
 
-    def _commit_marks(self, consumer: Consumer) -> None:
+    def _commit_marks(self, consumer: Consumer, commit: bool = True) -> None:
         """On the consumer's thread (between polls, or in its revoke callback): commit the offsets
         with the jobs marked done, then let their reports go. Refused as from an expired member:
         the partitions are lost, and those reports are not sent (their jobs are others' now); any
@@ -97,7 +97,7 @@ class Consuming(JobsBase):
         marks, self._marks = self._marks, []
         if not marks:
             return
-        points = self.tracker.commit_points()
+        points = self.tracker.commit_points() if commit else []
         go = True
         error, lost = sync_commit(consumer, points) if points else (None, False)
         if lost and self.membership is not None:
@@ -176,12 +176,13 @@ class Consuming(JobsBase):
             self.membership.revoked(tps)  # from now on nothing held of them is sent
         self._cancel(tps, held_only=True)
         deadline = time.monotonic() + self.revoke_grace
-        while self.tracker.open_count(tps) and time.monotonic() < deadline:
-            if not self._running_in(tps):
-                break  # what is left open was dropped unsent (its offset stays uncommitted)
-            self._commit_marks(c)  # the reports waiting for their marks (this thread commits them)
+        while self._running_in(tps) and time.monotonic() < deadline:  # (jobs dropped unsent end at once)
+            # reports waiting for their done marks go now: the commit below, before the partitions
+            # move (the callback has not returned), carries the marks (a commit per turn in here
+            # blocked the rebalance for the whole grace: measured)
+            self._commit_marks(c, commit=False)
             time.sleep(0.05)
-        self._commit_marks(c)
+        self._commit_marks(c, commit=False)
         if self._running_in(tps):
             self._cancel(tps)
         self._commit_before_revoke(c, tps)

@@ -30,7 +30,7 @@ class Holding(JobsBase):
         handed back, declined or dropped (its partition moved on: nothing sent, nothing reported)."""
         job = leased.job
         if not await self.still_owns(leased):
-            self._drop(leased)
+            self._drop(leased, finish=self.owns(leased) is not False)
             return False
         if time.time() > job.expires_at:
             await self._back(leased)
@@ -82,13 +82,13 @@ class Holding(JobsBase):
         finally:
             m.held.dec()
         if lost:
-            self._drop(leased)
+            self._drop(leased, finish=self.owns(leased) is not False)
             return False
         if not on_time:  # its send time came after expires_at: the frontier has freed its slot
             if await self.still_owns(leased):
                 await self._back(leased)
             else:
-                self._drop(leased)
+                self._drop(leased, finish=self.owns(leased) is not False)
             return False
         self._entered.add(leased)
         m.inflight.inc()

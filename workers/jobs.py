@@ -162,7 +162,8 @@ class Jobs(Holding, Reporting, Consuming):
             if job.reported:
                 continue  # given up while it waited to be taken (see _abandon)
             if not await self.still_owns(job):
-                self._drop(job)  # its partition moved on while it waited: another worker sends it
+                # its partition moved on while it waited: another worker sends it
+                self._drop(job, finish=self.owns(job) is not False)
                 continue
             now = time.time()
             gate = self.gates.get(job.gate_host)
