@@ -28,7 +28,7 @@ from frontier.core.kv import MemoryKV
 from frontier.intake.urls import parse_input
 from frontier.observability.status import render
 from frontier.partition import PartitionFrontier
-from frontier.service import service as service_module
+from frontier.service import lifecycle as lifecycle_module
 from frontier.service.lock import lock_state_dir
 from frontier.service.service import FrontierService
 from tests.test_service_protocol import Event, Recorder, serve, settle
@@ -57,7 +57,7 @@ async def test_an_event_of_a_partition_not_served_is_left_for_its_owner_at_once(
 
 
 async def test_a_store_that_does_not_open_is_retried_shown_and_then_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "OPEN_BACKOFF", 0.01)
+    monkeypatch.setattr(lifecycle_module, "OPEN_BACKOFF", 0.01)
     svc = FrontierService(Config(), clock=lambda: 1000.0)
     svc._producer = Recorder()  # type: ignore[assignment]
     tries: list[int] = []
@@ -76,14 +76,14 @@ async def test_a_store_that_does_not_open_is_retried_shown_and_then_fatal(monkey
     assert "partition 3 not served: RuntimeError: IO error: While lock file" in text
     assert svc.metric_totals()["partitions_unserved"] == 1
     await asyncio.wait_for(waiting, 5)  # the event is not parked forever: given up with the partition
-    assert not event.acked and len(tries) == service_module.OPEN_ATTEMPTS
+    assert not event.acked and len(tries) == lifecycle_module.OPEN_ATTEMPTS
     assert svc.failure is not None and "partition 3 could not be opened" in str(svc.failure)
     with pytest.raises(RuntimeError, match="partition 3 could not be opened"):
         await asyncio.wait_for(svc.dispatch_loop(), 5)
 
 
 async def test_a_store_that_opens_on_a_later_try_is_served(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(service_module, "OPEN_BACKOFF", 0.01)
+    monkeypatch.setattr(lifecycle_module, "OPEN_BACKOFF", 0.01)
     svc = FrontierService(Config(), clock=lambda: 1000.0)
     rec = Recorder()
     svc._producer = rec  # type: ignore[assignment]

@@ -1,20 +1,18 @@
-"""The frontier service of one process: owned partitions, the dispatch loop, Kafka I/O.
+"""The frontier service of one process: input events, the dispatch loop, Kafka I/O.
 
-Transport-facing glue around :class:`~frontier.partition.PartitionFrontier`: it opens and
-restores partitions when they are assigned, closes them cleanly when revoked, applies URL
-batches and feedback to them, and runs the dispatch loop that turns due hosts into jobs.
+Transport-facing glue around :class:`~frontier.partition.PartitionFrontier`: it applies URL
+batches, feedback and control commands to the partitions this instance owns, and runs the
+dispatch loop that turns due hosts into jobs. Partitions come and go in
+:mod:`frontier.service.lifecycle`; what it reports (status snapshots, the gauges, the scopes a
+live page watches) is :mod:`frontier.service.reporting`.
 
-Input events are acknowledged (and so their offsets committed) only after the state changes
-they caused are in the changelog: a takeover never skips a change it cannot restore. For the
-same reason, jobs and report pages of a dispatch round are published only once that round's
-changelog records are acknowledged: a worker never holds a job whose lease a takeover (or a
-restart after ``kill -9``) would not know about, and a report's page is published before its
-report lease is deleted (see ``frontier.partition``). What it reports (status snapshots, the
-gauges, the scopes a live page watches) is :mod:`frontier.service.reporting`.
-
-A little over ~300 lines: the acknowledgement protocol (input events, changelog markers, jobs
-released after their round's records) runs through every handler here; restore, standby, status
-and the owned partitions' bookkeeping are in the modules beside it.
+Every partition writes through its fenced writer (:mod:`frontier.service.writer`, Kafka
+transactions): input events are acknowledged (and so their offsets committed) only once the
+transaction holding the changes they caused committed, so a takeover never skips a change it
+cannot restore; a dispatch round's leases, jobs and report pages commit together, so a worker
+never holds a job whose lease a takeover would not know; and a report lease is deleted only once
+its page committed. Each partition records how far it applied each input, in the same
+transaction, so input delivered again after a rebalance is applied once.
 """
 
 from __future__ import annotations
@@ -34,12 +32,11 @@ from frontier.observability.metrics import FrontierMetrics, fetch_class
 from frontier.observability.watch import (
     watch_scope,
 )
-from frontier.partition import Dispatch, PartitionFrontier, Refused
+from frontier.partition import Dispatch, Refused
+from frontier.service.lifecycle import Lifecycle
 from frontier.service.owned import Ackable, _ack_all, _Owned
 from frontier.service.reporting import Reporting
-from frontier.service.restore import close_partition, db_path, feedback_backlog_end, open_partition
 from frontier.service.standby import Standby
-from frontier.service.writer import PartitionWriter, WriteFailed
 from topics.schemas import (
     ControlCommand,
     EncodedUrlBatch,
@@ -54,8 +51,6 @@ from topics.schemas import (
 log = logging.getLogger("frontier")
 
 URLS, FEEDBACK, CONTROL = "u", "f", "c"  # the input topics, as the partition records how far each is applied
-OPEN_ATTEMPTS = 6  # tries to open a partition's store before the process gives up (exit, restarted)
-OPEN_BACKOFF = 1.0  # seconds before the second try, doubled each time (at most 30)
 
 
 def input_offset(event: Ackable) -> int | None:
@@ -64,7 +59,7 @@ def input_offset(event: Ackable) -> int | None:
     return offset if isinstance(offset, int) else None
 
 
-class FrontierService(Reporting):
+class FrontierService(Reporting, Lifecycle):
     def __init__(self, cfg: Config, clock: Callable[[], float] = time.time, kafka: Kafka | None = None) -> None:
         self.cfg = cfg
         self.topics = cfg.topics
@@ -98,120 +93,6 @@ class FrontierService(Reporting):
         if self._producer is None:
             self._producer = self.kafka.async_producer()
         return self._producer
-
-    # -- partition lifecycle -----------------------------------------------------------------
-    def on_assigned(self, partitions: set[int]) -> None:
-        for p in sorted(partitions):
-            if p not in self._owned and p not in self._restoring:
-                self._restoring[p] = asyncio.ensure_future(self._open_retrying(p))
-        if self.standby is not None:
-            for p in set(range(self.topics.partitions)) - partitions - set(self._owned):
-                self.standby.add(p)
-
-    async def _open_retrying(self, p: int) -> None:
-        """Open ``p``, retried with backoff while it fails (shown in status meanwhile); past
-        ``OPEN_ATTEMPTS`` the process gives up (:attr:`failure`: the dispatch loop raises it, the
-        process exits non-zero and its supervisor restarts it)."""
-        for attempt in range(1, OPEN_ATTEMPTS + 1):
-            try:
-                await self._open(p)
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # noqa: BLE001 - shown, retried, then fatal
-                reason = f"{type(exc).__name__}: {exc}"[:300]
-                self.unserved[p] = reason
-                log.error("partition %d not served (attempt %d of %d): %s", p, attempt, OPEN_ATTEMPTS, reason)
-                if attempt == OPEN_ATTEMPTS:
-                    self.failure = RuntimeError(f"partition {p} could not be opened: {reason}")
-                    self._wake.set()
-                    break
-                await asyncio.sleep(min(OPEN_BACKOFF * 2 ** (attempt - 1), 30.0))
-            else:
-                self.unserved.pop(p, None)
-                break
-        self._restoring.pop(p, None)
-
-    def _new_writer(self, p: int) -> PartitionWriter:
-        producer = self.kafka.producer(**{"transactional.id": f"{self.cfg.frontier.app_id}-p{p}"})
-        return PartitionWriter(producer, self.topics.state, p, -1, on_failure=self._write_failed)
-
-    async def _open(self, p: int) -> None:
-        started = time.monotonic()
-        if self.standby is not None:  # its warm copy becomes the active store
-            released = await asyncio.to_thread(self.standby.release, p)
-            if not released:
-                raise RuntimeError("the standby copy was not handed back in time")
-        writer = self._new_writer(p)
-        try:
-            await writer.start()  # fences the previous owner: the changelog's end read next is final
-            path = db_path(self.cfg.frontier.state_dir, self.cfg.frontier.app_id, p)
-            kv, replayed, applied = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p)
-        except BaseException:
-            await writer.close()
-            raise
-        writer.applied = applied
-        frontier = PartitionFrontier(p, kv, self.cfg.frontier, self.cfg.throttle, self._changelog(p),
-                                     user_agent=self.cfg.worker.user_agent, on_change=self._delay_changed)  # fmt: skip
-        owned = _Owned(frontier=frontier, kv=kv, writer=writer)
-        owned.feedback_due = await asyncio.to_thread(self._feedback_waiting, p)
-        owned.expire_from = self.clock() + self.cfg.frontier.lease_grace + self.cfg.frontier.fetch_timeout
-        self._owned[p] = owned
-        owned.frontier.rebuild(self.clock())
-        self._ready[p].set()
-        self._wake.set()
-        log.info(
-            "partition %d ready: %d changelog records replayed in %.2fs, %d in flight, %d hosts due",
-            p, replayed, time.monotonic() - started, owned.frontier.inflight, owned.frontier.queued_hosts(),
-        )  # fmt: skip
-
-    def _feedback_waiting(self, p: int) -> int:
-        """The offset of the last feedback record waiting for ``p`` (past the group's committed
-        offset), -1 when none: leases are expired only once it is applied."""
-        try:
-            return feedback_backlog_end(self.kafka, self.topics.feedback, p, self.cfg.frontier.app_id)
-        except Exception as exc:  # noqa: BLE001 - unknown: wait the bounded time instead
-            log.warning("feedback waiting for partition %d not measured (%s)", p, exc)
-            return 1 << 62
-
-    async def on_revoked(self, partitions: set[int]) -> None:
-        for p in sorted(partitions):
-            task = self._restoring.pop(p, None)
-            if task is not None:
-                task.cancel()
-                await asyncio.gather(task, return_exceptions=True)
-            self.unserved.pop(p, None)
-            self._ready[p].clear()
-            owned = self._owned.pop(p, None)
-            if owned is None:
-                continue
-            applied = await owned.writer.close()
-            if applied is None:  # its last writes did not commit: the store holds what the changelog does not
-                owned.kv.close()
-                log.warning("partition %d closed without a clean marker (its writes did not all commit)", p)
-            else:
-                close_partition(owned.kv, applied)
-                log.info("partition %d closed cleanly at changelog offset %d", p, applied)
-            if self.standby is not None and self.running:
-                self.standby.add(p)
-
-    def _write_failed(self, failure: WriteFailed) -> None:
-        """A partition's commit failed: fenced (another instance owns it now: drop it), or else
-        (its store is ahead of the changelog: drop it and open it again, rebuilt)."""
-        p = failure.partition
-        owned = self._owned.pop(p, None)
-        if owned is None:
-            return
-        self._ready[p].clear()
-        self.unserved[p] = str(failure)[:300]
-
-        async def drop() -> None:
-            await owned.writer.close()
-            owned.kv.close()  # no clean marker: a later open rebuilds it from the changelog
-            if not failure.fenced and self.running and p not in self._restoring:
-                self._restoring[p] = asyncio.ensure_future(self._open_retrying(p))
-
-        self._dropping.add(task := asyncio.ensure_future(drop()))
-        task.add_done_callback(self._dropping.discard)
 
     async def close(self) -> None:
         self.running = False
@@ -255,20 +136,6 @@ class FrontierService(Reporting):
                 then()
 
         owned.writer.commit(committed if events or then is not None else None)
-
-    def owned_partitions(self) -> set[int]:
-        return set(self._owned)
-
-    async def _partition(self, p: int) -> _Owned | None:
-        """The partition's state once it is open; None when this instance does not serve it (revoked,
-        fenced or failed: the event is left unacknowledged for its owner, never parked)."""
-        owned = self._owned.get(p)
-        if owned is not None:
-            return owned
-        task = self._restoring.get(p)
-        if task is not None:
-            await asyncio.wait({task})
-        return self._owned.get(p)
 
     # -- input events ----------------------------------------------------------------------------
     async def handle_urls(self, p: int, batch: EncodedUrlBatch, event: Ackable) -> None:

@@ -75,8 +75,10 @@ def test_frontier_instances_frozen_in_turn(bootstrap: str, tmp_path: Path) -> No
     session timeouts while two workers crawl: the other instance takes the frozen one's partitions
     over, and some come back after the thaw."""
     started = time.monotonic()
-    delay = 0.4
-    fleet = SiteFleet(6, pages=160, latency=0.02, first_octet=151).start()  # its hosts cover all 4 partitions
+    delay = 0.5
+    # its hosts cover all 4 partitions; 260 pages at 0.5 s each outlast both freezes and the regroup
+    # in between (160 at 0.4 s were over before the second thaw once takeovers got quick)
+    fleet = SiteFleet(6, pages=260, latency=0.02, first_octet=151).start()
     stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle=throttle(delay))
     pages = None
     try:

@@ -1,0 +1,176 @@
+"""A frontier instance's partitions as they come and go: opened (the writer fenced first, the
+store restored, retried with backoff while it fails and shown in status), closed with a clean
+marker at the last record the store holds, dropped when fenced or failed. A mixin of
+:class:`~frontier.service.service.FrontierService` (the attributes below are set there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from frontier.config import Config
+from frontier.core.causes import Cause
+from frontier.kafka import Kafka
+from frontier.partition import PartitionFrontier
+from frontier.service.owned import _Owned
+from frontier.service.restore import close_partition, db_path, feedback_backlog_end, open_partition
+from frontier.service.standby import Standby
+from frontier.service.writer import PartitionWriter, WriteFailed
+from topics.catalog import Topics
+
+log = logging.getLogger("frontier")
+
+OPEN_ATTEMPTS = 6  # tries to open a partition's store before the process gives up (exit, restarted)
+OPEN_BACKOFF = 1.0  # seconds before the second try, doubled each time (at most 30)
+
+
+class Lifecycle:
+    cfg: Config
+    topics: Topics
+    kafka: Kafka
+    clock: Callable[[], float]
+    running: bool
+    standby: Standby | None
+    unserved: dict[int, str]
+    failure: Exception | None
+    _owned: dict[int, _Owned]
+    _ready: dict[int, asyncio.Event]
+    _restoring: dict[int, asyncio.Task[None]]
+    _dropping: set[asyncio.Task[None]]
+    _wake: asyncio.Event
+
+    def _changelog(self, p: int) -> Callable[[bytes, bytes | None], None]:
+        raise NotImplementedError
+
+    def _delay_changed(self, scope: str, old: float, new: float, cause: str, kind: Cause, gate_until: float) -> None:
+        raise NotImplementedError
+
+    def on_assigned(self, partitions: set[int]) -> None:
+        for p in sorted(partitions):
+            if p not in self._owned and p not in self._restoring:
+                self._restoring[p] = asyncio.ensure_future(self._open_retrying(p))
+        if self.standby is not None:
+            for p in set(range(self.topics.partitions)) - partitions - set(self._owned):
+                self.standby.add(p)
+
+    async def _open_retrying(self, p: int) -> None:
+        """Open ``p``, retried with backoff while it fails (shown in status meanwhile); past
+        ``OPEN_ATTEMPTS`` the process gives up (:attr:`failure`: the dispatch loop raises it, the
+        process exits non-zero and its supervisor restarts it)."""
+        for attempt in range(1, OPEN_ATTEMPTS + 1):
+            try:
+                await self._open(p)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - shown, retried, then fatal
+                reason = f"{type(exc).__name__}: {exc}"[:300]
+                self.unserved[p] = reason
+                log.error("partition %d not served (attempt %d of %d): %s", p, attempt, OPEN_ATTEMPTS, reason)
+                if attempt == OPEN_ATTEMPTS:
+                    self.failure = RuntimeError(f"partition {p} could not be opened: {reason}")
+                    self._wake.set()
+                    break
+                await asyncio.sleep(min(OPEN_BACKOFF * 2 ** (attempt - 1), 30.0))
+            else:
+                self.unserved.pop(p, None)
+                break
+        self._restoring.pop(p, None)
+
+    def _new_writer(self, p: int) -> PartitionWriter:
+        producer = self.kafka.producer(**{"transactional.id": f"{self.cfg.frontier.app_id}-p{p}"})
+        return PartitionWriter(producer, self.topics.state, p, -1, on_failure=self._write_failed)
+
+    async def _open(self, p: int) -> None:
+        started = time.monotonic()
+        if self.standby is not None:  # its warm copy becomes the active store
+            released = await asyncio.to_thread(self.standby.release, p)
+            if not released:
+                raise RuntimeError("the standby copy was not handed back in time")
+        writer = self._new_writer(p)
+        try:
+            await writer.start()  # fences the previous owner: the changelog's end read next is final
+            path = db_path(self.cfg.frontier.state_dir, self.cfg.frontier.app_id, p)
+            kv, replayed, applied = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p)
+        except BaseException:
+            await writer.close()
+            raise
+        writer.applied = applied
+        frontier = PartitionFrontier(p, kv, self.cfg.frontier, self.cfg.throttle, self._changelog(p),
+                                     user_agent=self.cfg.worker.user_agent, on_change=self._delay_changed)  # fmt: skip
+        owned = _Owned(frontier=frontier, kv=kv, writer=writer)
+        owned.feedback_due = await asyncio.to_thread(self._feedback_waiting, p)
+        owned.expire_from = self.clock() + self.cfg.frontier.lease_grace + self.cfg.frontier.fetch_timeout
+        self._owned[p] = owned
+        owned.frontier.rebuild(self.clock())
+        self._ready[p].set()
+        self._wake.set()
+        log.info(
+            "partition %d ready: %d changelog records replayed in %.2fs, %d in flight, %d hosts due",
+            p, replayed, time.monotonic() - started, owned.frontier.inflight, owned.frontier.queued_hosts(),
+        )  # fmt: skip
+
+    def _feedback_waiting(self, p: int) -> int:
+        """The offset of the last feedback record waiting for ``p`` (past the group's committed
+        offset), -1 when none: leases are expired only once it is applied."""
+        try:
+            return feedback_backlog_end(self.kafka, self.topics.feedback, p, self.cfg.frontier.app_id)
+        except Exception as exc:  # noqa: BLE001 - unknown: wait the bounded time instead
+            log.warning("feedback waiting for partition %d not measured (%s)", p, exc)
+            return 1 << 62
+
+    async def on_revoked(self, partitions: set[int]) -> None:
+        for p in sorted(partitions):
+            task = self._restoring.pop(p, None)
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            self.unserved.pop(p, None)
+            self._ready[p].clear()
+            owned = self._owned.pop(p, None)
+            if owned is None:
+                continue
+            applied = await owned.writer.close()
+            if applied is None:  # its last writes did not commit: the store holds what the changelog does not
+                owned.kv.close()
+                log.warning("partition %d closed without a clean marker (its writes did not all commit)", p)
+            else:
+                close_partition(owned.kv, applied)
+                log.info("partition %d closed cleanly at changelog offset %d", p, applied)
+            if self.standby is not None and self.running:
+                self.standby.add(p)
+
+    def _write_failed(self, failure: WriteFailed) -> None:
+        """A partition's commit failed: fenced (another instance owns it now: drop it), or else
+        (its store is ahead of the changelog: drop it and open it again, rebuilt)."""
+        p = failure.partition
+        owned = self._owned.pop(p, None)
+        if owned is None:
+            return
+        self._ready[p].clear()
+        self.unserved[p] = str(failure)[:300]
+
+        async def drop() -> None:
+            await owned.writer.close()
+            owned.kv.close()  # no clean marker: a later open rebuilds it from the changelog
+            if not failure.fenced and self.running and p not in self._restoring:
+                self._restoring[p] = asyncio.ensure_future(self._open_retrying(p))
+
+        self._dropping.add(task := asyncio.ensure_future(drop()))
+        task.add_done_callback(self._dropping.discard)
+
+    def owned_partitions(self) -> set[int]:
+        return set(self._owned)
+
+    async def _partition(self, p: int) -> _Owned | None:
+        """The partition's state once it is open; None when this instance does not serve it (revoked,
+        fenced or failed: the event is left unacknowledged for its owner, never parked)."""
+        owned = self._owned.get(p)
+        if owned is not None:
+            return owned
+        task = self._restoring.get(p)
+        if task is not None:
+            await asyncio.wait({task})
+        return self._owned.get(p)
