@@ -100,6 +100,11 @@ def build_app(cfg: Config, kafka: Kafka | None = None) -> tuple[faust.App, Front
         broker_commit_every=1000,
         broker_commit_interval=1.0,
         stream_buffer_maxsize=8,  # records are batches of up to 2000 URLs: 8 per partition is plenty
+        # A rebalance does not wait for unacknowledged events: an event is acked only once the
+        # transaction holding its changes committed, and one not acked is delivered again to the
+        # partition's owner (applied once: the partition records what it applied). Waiting stalled
+        # the whole group on events of partitions this instance no longer serves (measured).
+        stream_wait_empty=False,
         producer_linger_ms=2,
     )
     service = FrontierService(cfg, kafka=kafka)
