@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -106,13 +107,7 @@ async def test_a_restored_partition_applies_waiting_feedback_before_expiring_lea
     """After a takeover later than a lease's deadline, the worker's result (already on
     crawl.feedback) closes the lease; it is not counted lost, re-queued and fetched again."""
     now = [1000.0]
-    settings = FrontierConfig(robots_obey=False, dispatch_lead=0.0)
-    svc = FrontierService(replace(Config(), frontier=settings), clock=lambda: now[0])
-    rec = Recorder()
-    kv = MemoryKV()
-    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc._changelog(0))
-    serve(svc, rec, f, kv)
-    f.rebuild(now[0])
+    svc, _, f = owned_service(lambda: now[0])
     f.ingest([parse_input(b"http://a.test/1")], now[0])
     [job] = f.dispatch(now[0]).jobs
     owned = svc._owned[0]
@@ -132,13 +127,7 @@ async def test_a_restored_partition_applies_waiting_feedback_before_expiring_lea
 
 async def test_waiting_feedback_holds_expiry_only_for_a_bounded_time() -> None:
     now = [1000.0]
-    settings = FrontierConfig(robots_obey=False, dispatch_lead=0.0)
-    svc = FrontierService(replace(Config(), frontier=settings), clock=lambda: now[0])
-    rec = Recorder()
-    kv = MemoryKV()
-    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc._changelog(0))
-    serve(svc, rec, f, kv)
-    f.rebuild(now[0])
+    svc, _, f = owned_service(lambda: now[0])
     f.ingest([parse_input(b"http://b.test/1")], now[0])
     [job] = f.dispatch(now[0]).jobs
     svc._owned[0].feedback_due, svc._owned[0].expire_from = 99, job.expires_at + 700
@@ -223,14 +212,15 @@ def test_the_cli_refuses_a_second_frontier_on_one_state_dir(tmp_path: Path) -> N
 
 
 # -- records delivered again after a rebalance ------------------------------------------------------
-def owned_service() -> tuple[FrontierService, Recorder, PartitionFrontier]:
+def owned_service(clock: Callable[[], float] = lambda: 1000.0) -> tuple[FrontierService, Recorder, PartitionFrontier]:
+    """A service owning partition 0 (no robots.txt, no dispatch lead), its writes in ``Recorder``."""
     settings = FrontierConfig(robots_obey=False, dispatch_lead=0.0)
-    svc = FrontierService(replace(Config(), frontier=settings), clock=lambda: 1000.0)
+    svc = FrontierService(replace(Config(), frontier=settings), clock=clock)
     rec = Recorder()
     kv = MemoryKV()
     f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc._changelog(0))
     serve(svc, rec, f, kv)
-    f.rebuild(1000.0)
+    f.rebuild(clock())
     return svc, rec, f
 
 
