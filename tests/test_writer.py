@@ -53,6 +53,9 @@ class Fenced(Recorder):
     def commit_transaction(self, timeout: float) -> None:
         raise KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
 
+    def flush(self, timeout: float) -> int:  # a fenced producer raises its fatal error again (seen on the broker)
+        raise KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+
 
 async def test_a_fenced_commit_runs_no_callback_and_the_store_is_not_trusted() -> None:
     failures: list[WriteFailed] = []

@@ -119,9 +119,12 @@ class PartitionWriter:
         return None if self.failed is not None else self.applied
 
     def _release(self) -> None:
-        if self.failed is not None:
-            self._producer.purge()  # a fenced producer's records never count: do not wait for them
-        self._producer.flush(5.0)
+        try:
+            if self.failed is not None:
+                self._producer.purge()  # a fenced producer's records never count: do not wait for them
+            self._producer.flush(5.0)
+        except KafkaException as exc:  # a fenced producer raises its fatal error again: nothing is left to send
+            log.debug("partition %d: writer released after %s", self.partition, exc)
 
     async def _run(self, fn: Callable[..., Any], *args: Any) -> Any:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
