@@ -31,7 +31,7 @@ async def test_records_of_a_transaction_become_visible_together_and_callbacks_ru
     writer.write("state", b"v1", b"k1", 3)
     writer.write("jobs", b"job", b"host")
     writer.commit(lambda: done.append("first"))
-    await asyncio.sleep(0.02)
+    await until(lambda: writer._committing is not None)
     writer.write("state", b"v2", b"k2", 3)  # during the commit: held for the next transaction
     writer.commit(lambda: done.append("second"))
     assert rec.sent == [] and done == []
@@ -88,12 +88,13 @@ async def test_input_waits_while_too_many_records_are_held_for_the_next_commit(m
         rec.hold.set()
         writer.write("state", b"v", b"k0", 0)
         writer.commit()
-        await asyncio.sleep(0.01)
+        await until(lambda: writer._committing is not None)
         for n in range(5):
             writer.write("state", b"v", b"k%d" % (n + 1), 0)
         assert writer.crowded
         waiting = asyncio.ensure_future(writer.room())
-        await asyncio.sleep(0.02)
+        for _ in range(10):  # the commit is held: room() has nothing to wake it
+            await asyncio.sleep(0)
         assert not waiting.done()
         rec.hold.clear()
         await asyncio.wait_for(waiting, 5)

@@ -187,8 +187,6 @@ class Consuming(JobsBase):
             self._cancel(tps)
         self._commit_before_revoke(c, tps)
         self.tracker.forget(tps)
-        if self.membership is not None:
-            self.membership.revoked(tps)
 
     def _commit_before_revoke(self, c: Consumer, tps: set[tuple[str, int]]) -> None:
         """Commit what was finished on ``tps`` before they go."""
