@@ -26,7 +26,24 @@ import msgspec
 # version-1 writer put on the wire are kept in topics/fixtures/v1 and decoded by a test).
 SCHEMA_VERSION = 1
 SKIPPED_VERSION = 2  # added the outcome "skipped": a worker declined a job without sending a request
-READABLE_VERSIONS = frozenset({1, 2})
+# added crawls: a record that names a crawl other than the default one (a UrlBatch holding such an
+# item, its Job, its Page) or a crawl command is marked 3, so that an older reader refuses it
+# instead of taking it for the default crawl's
+CRAWLS_VERSION = 3
+READABLE_VERSIONS = frozenset({1, 2, 3})
+
+DEFAULT_CRAWL = "default"  # the crawl of a URL submitted without one (and of every record written before crawls)
+MAX_CRAWL_CHARS = 64  # characters of a crawl name
+
+
+def valid_crawl(name: str) -> str:
+    """``name`` if it may name a crawl (1-64 characters, no control characters, not only spaces),
+    else ValueError with the reason (a submission naming it goes to crawl.rejected with it)."""
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_CRAWL_CHARS:
+        raise ValueError(f"invalid crawl name {str(name)[:70]!r} (1-{MAX_CRAWL_CHARS} characters)")
+    if any(c < " " or c == "\x7f" for c in name):
+        raise ValueError(f"invalid crawl name {name[:70]!r} (control characters)")
+    return name
 
 
 class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True, omit_defaults=True):
@@ -51,6 +68,7 @@ class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True, omit
     revisit: float = 0.0  # seconds after a successful fetch when the URL is due again (0: once)
     recrawl: bool = False  # queue it even if it was seen before (not twice while it is queued or in flight)
     forget: bool = False  # remove it from the seen set instead of queueing it
+    crawl: str = DEFAULT_CRAWL  # the crawl it belongs to: its seen set, its workers, its pages (version 3)
 
 
 class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -80,6 +98,7 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     # the host's address when frontier.ip_scope is on (the router resolved it): the partition key
     # instead of ``domain``, and the scope ``ip:<address>``; empty otherwise (and in older records)
     ip: str = ""
+    crawl: str = DEFAULT_CRAWL  # the crawl it belongs to (version 3; left out for the default crawl)
 
 
 class UrlBatch(msgspec.Struct, kw_only=True):
@@ -170,6 +189,11 @@ class Page(msgspec.Struct, kw_only=True):
     latency: float = 0.0
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
     worker: str = ""
+    crawl: str = DEFAULT_CRAWL  # the crawl of its URL (version 3 when not the default one)
+
+    def __post_init__(self) -> None:
+        if self.crawl != DEFAULT_CRAWL and self.v < CRAWLS_VERSION:
+            self.v = CRAWLS_VERSION  # a version-2 reader would take it for the default crawl's
 
 
 REJECTED_ORIGINAL_BYTES = 4096  # the prefix of a rejected record's bytes that Rejected keeps
@@ -237,6 +261,29 @@ class ScopeStatus(msgspec.Struct, kw_only=True):
     cause: str = ""  # why the delay is what it is (its last change), e.g. "limit ≈ 4.80 req/s from 429"
 
 
+class CrawlStatus(msgspec.Struct, kw_only=True):
+    """One crawl as one frontier instance sees it (its partitions' part): readers add the
+    instances' rows up (``frontier.observability.status.crawl_rows``)."""
+
+    crawl: str
+    queued: int = 0  # URLs queued
+    inflight: int = 0  # jobs leased (in a worker's hands, or on their way)
+    ingested: int = 0  # URLs queued, ever (new, recrawled)
+    dispatched: int = 0  # jobs sent, ever
+    completed: int = 0  # URLs whose fate is decided: fetched, failed, skipped, disallowed
+    fetched: int = 0
+    failed: int = 0  # ended in an error (network, robots.txt unreachable, leases lost)
+    disallowed: int = 0
+    dropped: int = 0  # queued URLs removed by a drop
+    over_limit: int = 0  # URLs not queued: the crawl's per-host limit was reached
+    revisits: int = 0  # fetched URLs waiting for their revisit
+    next_revisit: float | None = None  # the earliest of them is due then (None: none)
+    paused: bool = False
+    per_host: int = 0  # at most this many URLs queued per host (0: no limit)
+    workers: int = -1  # members of the crawl's worker group (-1: not known yet)
+    pages_per_s: float = 0.0
+
+
 class Status(msgspec.Struct, kw_only=True):
     """One frontier instance's latest view, on ``crawl.frontier.status`` keyed by instance id."""
 
@@ -248,6 +295,9 @@ class Status(msgspec.Struct, kw_only=True):
     scopes: list[ScopeStatus]
     # assigned to the instance but not served (a store that cannot be opened, a fenced writer): why
     unserved: dict[int, str] = msgspec.field(default_factory=dict)
+    crawls: list[CrawlStatus] = msgspec.field(default_factory=list)  # every crawl with anything in these partitions
+    # partition → offset of the last crawl.urls.bydomain record applied (a crawl's "done" needs the input in)
+    applied: dict[int, int] = msgspec.field(default_factory=dict)
 
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -280,6 +330,8 @@ def decode(data: bytes, kind: type[T]) -> T:
 
 
 CONTROL_ACTIONS = ("pause", "resume", "drop", "set", "clear", "watch")
+CRAWL_ACTIONS = ("pause", "resume", "drop", "limit")  # commands on a whole crawl (``crawl`` set, no scope)
+MAX_PER_HOST = 10_000_000  # a crawl's per-host limit, at most
 
 
 class ControlCommand(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -289,15 +341,28 @@ class ControlCommand(msgspec.Struct, kw_only=True, omit_defaults=True):
     ``set`` overrides delay and/or concurrency at run time; ``clear`` removes the override.
     ``watch`` asks the owning instance to report the scope in its status snapshots for a while
     (a live page is charting it), whatever its queue; it changes no state.
+
+    A *crawl command* (version 3) names a ``crawl`` and no scope: ``pause`` / ``resume`` its
+    dispatch, ``drop`` its queued URLs and revisits (``forget``: its seen entries too), ``limit``
+    the URLs it may have queued per host (``per_host``; 0 removes the limit). It goes to every
+    partition. Other crawls are untouched.
     """
 
     v: int = SCHEMA_VERSION
     action: str
-    scope: str
+    scope: str = ""
     delay: float | None = None
     concurrency: int | None = None
+    crawl: str = ""  # a crawl command (version 3): the crawl; empty for a scope command
+    forget: bool = False  # a crawl's drop: forget its seen entries too (a later submission crawls them again)
+    per_host: int | None = None  # a crawl's limit: URLs queued per host at most (0: none)
 
     def validate(self) -> None:
+        if self.crawl:
+            self._validate_crawl()
+            return
+        if self.forget or self.per_host is not None:
+            raise ValueError("forget and per_host are for crawl commands")
         if self.action not in CONTROL_ACTIONS:
             raise ValueError(f"action must be one of {', '.join(CONTROL_ACTIONS)}, got {self.action!r}")
         # the characters a submission's named scopes may hold (spaces and "/" too: "books/api v2"),
@@ -311,3 +376,17 @@ class ControlCommand(msgspec.Struct, kw_only=True, omit_defaults=True):
                 raise ValueError(f"delay must be within 0..86400 seconds, got {self.delay}")
             if self.concurrency is not None and not 1 <= self.concurrency <= 1000:
                 raise ValueError(f"concurrency must be within 1..1000, got {self.concurrency}")
+
+    def _validate_crawl(self) -> None:
+        valid_crawl(self.crawl)
+        if self.action not in CRAWL_ACTIONS:
+            raise ValueError(f"a crawl's action must be one of {', '.join(CRAWL_ACTIONS)}, got {self.action!r}")
+        if self.scope or self.delay is not None or self.concurrency is not None:
+            raise ValueError("a crawl command names no scope, delay or concurrency")
+        if self.forget and self.action != "drop":
+            raise ValueError("forget goes with drop")
+        if self.action == "limit":
+            if self.per_host is None or not 0 <= self.per_host <= MAX_PER_HOST:
+                raise ValueError(f"limit needs per_host within 0..{MAX_PER_HOST}, got {self.per_host}")
+        elif self.per_host is not None:
+            raise ValueError("per_host goes with limit")

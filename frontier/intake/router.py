@@ -49,7 +49,7 @@ from frontier.intake.urls import Rejection, parse_input
 from frontier.kafka import Connection, Kafka, coordinates, produce
 from topics.catalog import URL_BATCH_BYTES, Topics
 from topics.partitioning import partition_of
-from topics.schemas import Rejected, UrlBatch, UrlItem, encode
+from topics.schemas import CRAWLS_VERSION, Rejected, UrlBatch, UrlItem, encode
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,11 @@ TOO_LARGE = "submission too large after parsing"
 _EMPTY = encode(UrlBatch(items=[]))
 assert _EMPTY.endswith(b"[]}"), _EMPTY
 _HEAD, _TAIL = _EMPTY[:-2], _EMPTY[-2:]
+# a batch holding an item of a crawl other than the default one is version 3 (an older frontier
+# refuses it instead of queueing its URLs in the default crawl); the default crawl's items leave
+# the field out, so the bytes tell (a "crawl" key inside an item's meta only costs a version-3 mark)
+_HEAD_CRAWLS = encode(UrlBatch(v=CRAWLS_VERSION, items=[]))[:-2]
+_CRAWL_FIELD = b'"crawl":'
 
 # Errors that mean the broker (or the producer) refuses this record itself, whatever is retried:
 # a batch is split, a single URL is rejected, a rejection is published without its original.
@@ -121,7 +126,8 @@ T = TypeVar("T")
 
 def batch_record(encoded: Sequence[bytes]) -> bytes:
     """The UrlBatch record of these encoded items (what ``encode(UrlBatch(items=...))`` gives)."""
-    return _HEAD + b",".join(encoded) + _TAIL
+    head = _HEAD_CRAWLS if any(_CRAWL_FIELD in item for item in encoded) else _HEAD
+    return head + b",".join(encoded) + _TAIL
 
 
 def pack(

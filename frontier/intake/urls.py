@@ -40,7 +40,7 @@ import msgspec
 import tldextract
 from w3lib.url import canonicalize_url, safe_url_string
 
-from topics.schemas import Submission, UrlItem
+from topics.schemas import DEFAULT_CRAWL, Submission, UrlItem, valid_crawl
 
 MAX_URL_LENGTH = 2048
 _SPACE = re.compile(r"\s")
@@ -188,9 +188,16 @@ def url_fingerprint(canonical_url: str) -> bytes:
     return hashlib.blake2b(canonical_url.encode(), digest_size=16).digest()
 
 
-def seen_fingerprint(item: UrlItem) -> bytes:
-    """The seen-set key of an item: the digest of its canonical form."""
-    return url_fingerprint(item.canonical or item.url)
+def seen_fingerprint(item: UrlItem, generation: int = 0) -> bytes:
+    """The seen-set key of an item: the digest of its canonical form, in its crawl. The default
+    crawl's first generation keeps the digest of the URL alone (the seen sets written before
+    crawls); any other crawl, or a crawl whose seen entries were forgotten (``generation``, see
+    ``frontier.partition.crawls``), digests its name and generation too: one URL is crawled once
+    in each crawl."""
+    canonical = item.canonical or item.url
+    if item.crawl == DEFAULT_CRAWL and generation == 0:
+        return url_fingerprint(canonical)
+    return url_fingerprint(f"{item.crawl}\x1e{generation}\x1e{canonical}")
 
 
 def as_given(url: str, host: str | None = None) -> str:
@@ -263,6 +270,10 @@ def item_from_submission(sub: Submission) -> UrlItem:
         raise Rejection("invalid cost")
     if not (sub.revisit >= 0 and sub.revisit < 1e9):
         raise Rejection("invalid revisit interval")
+    try:
+        crawl = valid_crawl(sub.crawl)
+    except ValueError as exc:
+        raise Rejection(str(exc)) from None
     return UrlItem(
         url=given,
         canonical="" if canonical == given else canonical,
@@ -278,6 +289,7 @@ def item_from_submission(sub: Submission) -> UrlItem:
         revisit=sub.revisit,
         recrawl=sub.recrawl,
         forget=sub.forget,
+        crawl=crawl,
     )
 
 

@@ -16,7 +16,7 @@ from frontier.core.kv import KV
 from frontier.core.robots import Rules, agent_token
 from frontier.core.scheduler import Scheduler
 from frontier.partition.keys import SWEEP_SLICES, QueueId
-from frontier.partition.records import ChangeHook, Changelog, Stats
+from frontier.partition.records import ChangeHook, Changelog, CrawlRecord, Stats
 
 
 @dataclass
@@ -63,6 +63,32 @@ class PartitionBase:
         self._sweep_after = b""
         self._swept_at: float | None = None  # when sweep_due last ran a sweep
         self._inputs: dict[str, int] = {}  # input role → offset applied up to (cache of I<role>)
+        # crawls (crawls.py): their records (K<crawl>), what they have queued and in flight, the
+        # crawls' queues of one set of scopes (whose turns are shared out), and queues put aside
+        # while their crawl is paused or has no worker
+        self._crawls: dict[str, CrawlRecord] = {}
+        self._crawls_dirty: set[str] = set()
+        self._crawl_queued: Counter[str] = Counter()
+        self._crawl_inflight: Counter[str] = Counter()
+        self._groups: dict[QueueId, set[QueueId]] = {}  # default crawl's queue id → other crawls' queues of its scopes
+        self._served: dict[QueueId, int] = {}  # queue → the turn it was last chosen at (round robin)
+        self._turn = 0
+        self._parked: dict[str, set[QueueId]] = defaultdict(set)  # held crawl → its queues put aside
+        self._held: frozenset[str] = frozenset()  # crawls paused here, or without a worker
+        self.idle_crawls: frozenset[str] = frozenset()  # crawls with no worker (the service says)
+
+    def _crawl(self, name: str) -> CrawlRecord:
+        """The crawl's record here (made when it first appears), marked to be saved with the
+        counters (``save_stats``): callers change it."""
+        record = self._crawls.get(name)
+        if record is None:
+            record = self._crawls[name] = CrawlRecord()
+        self._crawls_dirty.add(name)
+        return record
+
+    def _generation(self, crawl: str) -> int:
+        record = self._crawls.get(crawl)
+        return record.generation if record is not None else 0
 
     # -- writes (store + changelog) -------------------------------------------------------------
     def _put(self, key: bytes, value: bytes) -> None:

@@ -16,18 +16,21 @@ from collections.abc import Iterable, Sequence
 import msgspec
 
 from frontier.core.robots import origin, robots_url
-from frontier.intake.urls import seen_fingerprint
 from frontier.partition.keys import (
+    CRAWL,
     LEASE,
     OVERRIDE,
     QUEUE,
     REVISIT,
     STATS_KEY,
     QueueId,
+    crawl_of,
     input_key,
     is_multi,
     lease_of,
     override_of,
+    queue_base,
+    queue_crawl,
     queue_id,
     queue_of,
     queue_prefix,
@@ -40,6 +43,7 @@ from frontier.partition.records import (
     REPORT_KINDS,
     Dispatch,
     Stats,
+    crawl_dec,
     encoder,
     item_dec,
     lease_dec,
@@ -48,7 +52,7 @@ from frontier.partition.records import (
 )
 from frontier.partition.seen import SEEN_OPEN, read_seen, seen_value
 from frontier.partition.visibility import Visibility
-from topics.schemas import UrlItem
+from topics.schemas import DEFAULT_CRAWL, UrlItem
 
 
 def _duration(seconds: float) -> str:
@@ -65,7 +69,7 @@ class PartitionFrontier(Leases, Visibility):
         as the router encoded it: queued as it is (the item is not encoded again on its way)."""
         accepted = 0
         for i, item in enumerate(items):
-            key = seen_key(seen_fingerprint(item))
+            key = seen_key(self._fingerprint(item))
             if item.forget:
                 self._forget_seen(key)
                 continue
@@ -73,15 +77,20 @@ class PartitionFrontier(Leases, Visibility):
             if raw is not None:
                 if not item.recrawl or read_seen(raw)[0] == SEEN_OPEN:
                     self.stats.duplicates += 1  # (a recrawl of an open URL: it is queued or in flight)
+                    self._crawl(item.crawl).duplicates += 1
                     continue
                 self.stats.recrawls += 1  # its V entry, if any, is dropped when due (no longer named)
+            if self._crawls and self._over_limit(item):
+                self._crawl(item.crawl).over_limit += 1  # not marked seen: submitted later, it may be queued
+                continue
             raw = encoded[i] if encoded else None
             if item.recrawl:
                 item = msgspec.structs.replace(item, recrawl=False)  # a command, not part of the queued URL
                 raw = None
-            qid = queue_id(self.scopes_of(item))  # one string object per queue
+            qid = queue_id(self.scopes_of(item), item.crawl)  # one string object per queue
             self._enqueue(self._qkey(qid, item, now), item, now, raw)
             self._put(key, seen_value(SEEN_OPEN, now))
+            self._crawl(item.crawl).ingested += 1
             accepted += 1
         self.stats.ingested += accepted
         return accepted
@@ -96,6 +105,16 @@ class PartitionFrontier(Leases, Visibility):
             if due is None:
                 break
             qid = QueueId(due)
+            if self._held and queue_crawl(qid) in self._held:
+                self._parked[queue_crawl(qid)].add(qid)  # until its crawl is resumed, or has a worker
+                continue
+            if self._groups:
+                group = self._groups.get(queue_base(qid))
+                if group:  # other crawls queue URLs of these scopes: whose turn is it?
+                    chosen = self._choose(qid, group)
+                    if chosen != qid:
+                        self._scheduler.schedule(qid, now)  # still due: it comes next, or after its turn
+                        qid = chosen
             head = self.kv.first(queue_prefix(qid))
             if head is None:
                 self._forget_queue(qid)
@@ -122,10 +141,10 @@ class PartitionFrontier(Leases, Visibility):
                     else:
                         self._report(item, raw, qkey, scopes, now, "disallowed", "disallowed by robots.txt")
                         self.stats.disallowed += 1
-                    self._queued[qid] -= 1
+                    self._dequeued(qid)
                     self._scheduler.schedule(qid, now)
                     continue
-            decision = self._decide(scopes, now, item.cost)
+            decision = self._decide(scopes, now, item.cost, qid=qid)
             if decision.at is None:
                 continue  # waits for feedback on a full scope (registered as a waiter)
             if decision.at > now + self.settings.dispatch_lead:
@@ -134,7 +153,7 @@ class PartitionFrontier(Leases, Visibility):
             # Due now or within the lead: send it ahead with not_before = its slot, so Kafka
             # transit is off the critical path; the worker holds it until then.
             self._lease(out, item, raw, qkey, scopes, now, not_before=max(now, decision.at))
-            self._queued[qid] -= 1
+            self._dequeued(qid)
             self._scheduler.schedule(qid, now)
         if self._unreported:
             self._report_pending(out, now)
@@ -147,7 +166,7 @@ class PartitionFrontier(Leases, Visibility):
         if site in self._robots_pending:
             self._waiters[f"robots:{site}"].add(qid)  # woken when that robots.txt lease closes
             return
-        decision = self._decide(scopes, now, 0.0)  # the robots.txt request goes through the same throttling
+        decision = self._decide(scopes, now, 0.0, qid=qid)  # the robots.txt request goes through the same throttling
         if decision.at is None:
             return
         if decision.at > now + self.settings.dispatch_lead:
@@ -156,7 +175,8 @@ class PartitionFrontier(Leases, Visibility):
         # robots.txt redirects are followed one hop per job, each through the same throttling
         hop = self._robots_record(site)
         url = hop.redirect if hop is not None and hop.redirect else robots_url(item.url)
-        robots_item = UrlItem(url=url, host=host, domain=item.domain, ip=item.ip, meta={})  # ip: feedback's partition
+        # ip: the feedback's partition; crawl: the job goes to the workers of the crawl that waits for it
+        robots_item = UrlItem(url=url, host=host, domain=item.domain, ip=item.ip, meta={}, crawl=item.crawl)
         self._robots_pending.add(site)
         self._lease(out, robots_item, encoder.encode(robots_item), b"", scopes, now, kind="robots",
                     not_before=max(now, decision.at), site=site)  # fmt: skip
@@ -178,6 +198,10 @@ class PartitionFrontier(Leases, Visibility):
         self._saved_stats = msgspec.structs.replace(self.stats)
         for key, value in self.kv.scan(OVERRIDE):
             self._overrides[override_of(key)] = override_dec.decode(value)
+        for key, value in self.kv.scan(CRAWL):
+            self._crawls[crawl_of(key)] = crawl_dec.decode(value)
+        self._count_revisits()
+        self._held = frozenset({name for name, r in self._crawls.items() if r.paused} | self.idle_crawls)
         head = self.kv.first(REVISIT)
         self._next_revisit = revisit_due_ms(head[0]) / 1000 if head is not None else None
         for key, value in self.kv.scan(LEASE):
@@ -187,14 +211,31 @@ class PartitionFrontier(Leases, Visibility):
                 continue
             heapq.heappush(self._leases, (lease.deadline, lease_of(key)))
             self.inflight += 1
+            self._crawl_inflight[lease.item.crawl] += 1
             if lease.kind == "robots":
                 self._robots_pending.add(lease.site or origin(lease.item.url))
         for key, _ in self.kv.scan(QUEUE):
             self._queued[queue_of(key)] += 1
-        for qid in self._queued:
-            self._scheduler.schedule(qid, now)
+        for qid, n in self._queued.items():
+            crawl = queue_crawl(qid)
+            self._crawl_queued[crawl] += n
+            if crawl in self._held:
+                self._parked[crawl].add(qid)
+            else:
+                self._scheduler.schedule(qid, now)
             if is_multi(qid):
                 self._index_queue(qid)
+
+    def _count_revisits(self) -> None:
+        """Each crawl's waiting revisits, counted from the store (records written before crawls
+        did not count them)."""
+        counts: dict[str, int] = {}
+        for _, raw in self.kv.scan(REVISIT):
+            crawl = item_dec.decode(raw).crawl if b'"crawl":' in raw else DEFAULT_CRAWL
+            counts[crawl] = counts.get(crawl, 0) + 1
+        for name in set(counts) | {n for n, r in self._crawls.items() if r.revisits}:
+            if self._crawls.get(name) is None or self._crawls[name].revisits != counts.get(name, 0):
+                self._crawl(name).revisits = counts.get(name, 0)
 
     def applied_input(self, role: str) -> int:
         """The offset of the last record of input ``role`` applied here (-1: none)."""
@@ -215,3 +256,5 @@ class PartitionFrontier(Leases, Visibility):
         if self.stats != self._saved_stats:
             self._put(STATS_KEY, encoder.encode(self.stats))
             self._saved_stats = msgspec.structs.replace(self.stats)
+        if self._crawls_dirty:
+            self._save_crawls()

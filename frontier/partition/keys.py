@@ -12,6 +12,8 @@ stores and changelogs written by earlier versions and must stay byte for byte:
 - ``C``                                the partition's counters, value: Stats (they move with it)
 - ``O<name>``                          an operator's override of a scope name (pause, delay, concurrency)
 - ``V<due ms><fingerprint>``           a fetched URL due for a revisit at ``due``, value: UrlItem
+- ``K<crawl>``                         a crawl's record in this partition (its commands, counters and
+  seen-set generation), value: CrawlRecord (``crawls.py``; version 3)
 - ``I<input>``                         the offset of the last record of an input topic (``u`` URL batches,
   ``f`` feedback, ``c`` control) applied to the partition, written in the same transaction as its
   effects: a record delivered again after a rebalance is applied once (``frontier.service``)
@@ -25,7 +27,10 @@ stores and changelogs written by earlier versions and must stay byte for byte:
 
 A queue id names the set of scopes its URLs belong to: the scopes joined by ``\\x1f`` (a byte no
 scope name may hold, see ``topics.schemas.ControlCommand``), the host's scope first. A single-scope
-queue's id is the scope itself. :data:`QueueId` is a ``NewType`` of ``str`` rather than a ``str``
+queue's id is the scope itself. A queue of a crawl other than the default one starts with the
+crawl's name and ``\x1e`` (no crawl name holds a control character): ``books\x1eexample.com``; the
+default crawl's queues keep the ids they had before crawls, so stores written then load as they are.
+:data:`QueueId` is a ``NewType`` of ``str`` rather than a ``str``
 subclass: ids are interned (one string object per queue, however many structures hold it: there
 can be millions) and a subclass can neither be interned nor stored as a compact string.
 """
@@ -47,6 +52,7 @@ STATS_KEY = b"C"
 OVERRIDE = b"O"
 REVISIT = b"V"
 INPUT = b"I"
+CRAWL = b"K"
 META = b"\x00"  # local bookkeeping: never goes to the changelog (ACK_KEY aside, see the module doc)
 
 CLEAN_KEY = META + b"clean-offset"  # present only while the database is closed cleanly
@@ -66,31 +72,48 @@ SWEEP_SLICES = 1 << 16  # the seen set in slices by the first two bytes of the f
 # -- queue ids ---------------------------------------------------------------------------------------
 QueueId = NewType("QueueId", str)
 SEP = "\x1f"  # between the scopes of a queue id
+CRAWL_SEP = "\x1e"  # after the crawl's name, in the id of a queue of a crawl other than the default one
+DEFAULT_CRAWL = "default"
 
 
-def queue_id(scopes: Iterable[str]) -> QueueId:
-    """The id of the queue of URLs in exactly these scopes (the host's first), interned."""
-    return QueueId(sys.intern(SEP.join(scopes)))
+def queue_id(scopes: Iterable[str], crawl: str = DEFAULT_CRAWL) -> QueueId:
+    """The id of the crawl's queue of URLs in exactly these scopes (the host's first), interned."""
+    joined = SEP.join(scopes)
+    return QueueId(sys.intern(joined if crawl == DEFAULT_CRAWL else f"{crawl}{CRAWL_SEP}{joined}"))
 
 
 def scope_queue(scope: str) -> QueueId:
-    """The id of the queue of URLs in ``scope`` alone (a host's own queue)."""
+    """The id of the default crawl's queue of URLs in ``scope`` alone (a host's own queue)."""
     return QueueId(scope)
 
 
 def queue_scopes(qid: QueueId) -> list[str]:
     """The scopes of a queue, the host's first."""
-    return qid.split(SEP)
+    return qid.rpartition(CRAWL_SEP)[2].split(SEP)
 
 
 def queue_host(qid: QueueId) -> str:
     """The host (the first scope) of a queue."""
-    return qid.partition(SEP)[0]
+    return qid.rpartition(CRAWL_SEP)[2].partition(SEP)[0]
+
+
+def queue_crawl(qid: QueueId) -> str:
+    """The crawl of a queue."""
+    crawl, sep, _ = qid.partition(CRAWL_SEP)
+    return crawl if sep else DEFAULT_CRAWL
+
+
+def queue_base(qid: QueueId) -> QueueId:
+    """The id of the default crawl's queue of the same scopes (what the crawls' queues of one set
+    of scopes share: their turns are shared out)."""
+    return QueueId(sys.intern(qid.rpartition(CRAWL_SEP)[2])) if CRAWL_SEP in qid else qid
 
 
 def is_multi(qid: QueueId) -> bool:
-    """Whether the queue's URLs are in more than one scope."""
-    return SEP in qid
+    """Whether the queue is not a host's own queue in the default crawl: its URLs are in more
+    than one scope, or in another crawl (either way it is indexed under its scopes, and waits on
+    them as a waiter: see ``Queues``)."""
+    return SEP in qid or CRAWL_SEP in qid
 
 
 # -- builders and parsers ------------------------------------------------------------------------
@@ -112,6 +135,12 @@ def queue_key(qid: QueueId, priority: int, seq: int) -> bytes:
     """An entry of ``qid``: higher ``priority`` first, then lower ``seq`` (both clamped to the layout)."""
     prio = _MAX_PRIO - max(-_MAX_PRIO, min(_MAX_PRIO, priority))
     return queue_prefix(qid) + _PRIO.pack(prio, min(seq, 2**64 - 1))
+
+
+def entry_priority(key: bytes) -> int:
+    """The priority of a queue entry's key."""
+    prio: int = _PRIO.unpack(key[-_PRIO.size :])[0]
+    return _MAX_PRIO - prio
 
 
 def queue_of(key: bytes) -> QueueId:
@@ -137,6 +166,15 @@ def lease_key(lease_id: str) -> bytes:
 
 def lease_of(key: bytes) -> str:
     """The lease id of a lease key."""
+    return key[1:].decode()
+
+
+def crawl_key(crawl: str) -> bytes:
+    return CRAWL + crawl.encode()
+
+
+def crawl_of(key: bytes) -> str:
+    """The crawl name of a crawl record's key."""
     return key[1:].decode()
 
 

@@ -58,7 +58,10 @@ class Leases(Robots, Revisits):
             self._apply(scope, policy.Sent(not_before, u=u, cost=item.cost if kind == "page" else 0.0), now)
         heapq.heappush(self._leases, (deadline, lease_id))
         self.inflight += 1
+        self._crawl_inflight[item.crawl] += 1
         self.stats.dispatched += 1
+        if kind == "page":
+            self._crawl(item.crawl).dispatched += 1
         host_state, host_settings = self._state(scopes[0]), self.scope_settings(scopes[0])
         terms: dict[str, Any] = {
             "lease": lease_id,
@@ -90,16 +93,21 @@ class Leases(Robots, Revisits):
             self.stats.returned += 1
         elif fb.outcome == "retry":
             retry = msgspec.structs.replace(item, attempts=item.attempts + 1)
-            self._enqueue(self._qkey(queue_id(lease.scopes), retry, now), retry, now)
+            self._enqueue(self._qkey(queue_id(lease.scopes, item.crawl), retry, now), retry, now)
             self.stats.retried += 1
         else:
             self.stats.completed += 1
+            crawl = self._crawl(item.crawl)
+            crawl.completed += 1
             if fb.outcome == "error":
                 self.stats.failed += 1
+                crawl.failed += 1
             elif fb.outcome == "skipped":
                 self.stats.skipped += 1  # a worker declined it: done, never fetched
+                crawl.skipped += 1
             else:
                 self.stats.fetched += 1
+                crawl.fetched += 1
             if item.revisit > 0:
                 self._schedule_revisit(item, now)
             else:
@@ -131,13 +139,16 @@ class Leases(Robots, Revisits):
 
     def _closed(self, lease: Lease[UrlItem], now: float) -> None:
         self.inflight -= 1
+        self._crawl_inflight[lease.item.crawl] -= 1
         if lease.kind == "robots":
             site = lease.site or origin(lease.item.url)
             self._robots_pending.discard(site)
             self._wake(f"robots:{site}", now)
         for scope in lease.scopes:
             self._wake(scope, now)
-        self._scheduler.schedule(queue_id(lease.scopes), now)
+        qid = queue_id(lease.scopes, lease.item.crawl)
+        if not (self._held and lease.item.crawl in self._held):
+            self._scheduler.schedule(qid, now)
         self._scheduler.schedule(scope_queue(lease.scopes[0]), now)  # the host's own queue (it registers no waiters)
 
     def expire_leases(self, now: float) -> int:
@@ -179,13 +190,20 @@ class Leases(Robots, Revisits):
         lease = Lease(qkey=qkey, item=msgspec.Raw(raw), deadline=now, scopes=scopes, kind=kind, error=error)
         self._put(lease_key(lease_id), encoder.encode(lease))  # written before the entry goes
         self._settle(item, now)  # its fate is decided now (the report lease holds it until published)
+        crawl = self._crawl(item.crawl)
+        crawl.completed += 1
+        if kind == "disallowed":
+            crawl.disallowed += 1
+        else:
+            crawl.failed += 1
         if qkey:
             self._delete(qkey)
         self._unreported.append(lease_id)
 
     @staticmethod
     def _report_page(lease: Lease[UrlItem], now: float) -> Page:
-        return Page(url=lease.item.url, outcome=lease.kind, error=lease.error, meta=lease.item.meta, fetched_at=now)
+        return Page(url=lease.item.url, outcome=lease.kind, error=lease.error, meta=lease.item.meta, fetched_at=now,
+                    crawl=lease.item.crawl)  # fmt: skip
 
     def _report_pending(self, out: Dispatch, now: float) -> None:
         """Hand out the pages of new report leases, and of restored ones (a previous owner may

@@ -11,7 +11,17 @@ scopes share one queue, so a job waiting for a slow scope never holds up one tha
 from __future__ import annotations
 
 from frontier.core.control import covers
-from frontier.partition.keys import QueueId, is_multi, queue_key, queue_of, queue_prefix, queue_scopes
+from frontier.partition.keys import (
+    CRAWL_SEP,
+    QueueId,
+    is_multi,
+    queue_base,
+    queue_crawl,
+    queue_key,
+    queue_of,
+    queue_prefix,
+    queue_scopes,
+)
 from frontier.partition.records import encoder, item_dec
 from frontier.partition.seen import SeenSet
 from topics.schemas import UrlItem
@@ -32,12 +42,24 @@ class Queues(SeenSet):
         if is_multi(qid) and qid not in self._queued:
             self._index_queue(qid)
         self._queued[qid] += 1
-        self._scheduler.schedule(qid, min(now, self._scheduler.scheduled_at(qid) or now))
+        self._crawl_queued[item.crawl] += 1
+        if item.crawl in self._held:
+            self._parked[item.crawl].add(qid)  # waits for its crawl's resume, or a worker
+        else:
+            self._scheduler.schedule(qid, min(now, self._scheduler.scheduled_at(qid) or now))
+
+    def _dequeued(self, qid: QueueId) -> None:
+        """One URL left ``qid`` (leased, or reported)."""
+        self._queued[qid] -= 1
+        self._crawl_queued[queue_crawl(qid)] -= 1
 
     def _index_queue(self, qid: QueueId) -> None:
-        """A multi-scope queue id entered ``_queued``: index it under each of its scopes."""
+        """A multi-scope (or another crawl's) queue id entered ``_queued``: index it under each of
+        its scopes, and a crawl's queue in the group of its scopes' queues."""
         for scope in queue_scopes(qid):
             self._multi.setdefault(scope, set()).add(qid)
+        if CRAWL_SEP in qid:
+            self._groups.setdefault(queue_base(qid), set()).add(qid)
 
     def _forget_queue(self, qid: QueueId) -> None:
         """Remove ``qid`` from ``_queued`` and from the scope index (the one way out of both)."""
@@ -48,6 +70,14 @@ class Queues(SeenSet):
                     queues.discard(qid)
                     if not queues:
                         del self._multi[scope]
+            if CRAWL_SEP in qid:
+                base = queue_base(qid)
+                group = self._groups.get(base)
+                if group is not None:
+                    group.discard(qid)
+                    if not group:
+                        del self._groups[base]
+        self._served.pop(qid, None)
 
     def _wake(self, key: str, now: float) -> None:
         for qid in self._waiters.pop(key, ()):
@@ -59,10 +89,15 @@ class Queues(SeenSet):
         for qid in list(self._queued):
             if not any(covers(name, scope) for scope in queue_scopes(qid)):
                 continue
+            n = 0
             for key, raw in list(self.kv.scan(queue_prefix(qid))):
-                self._settle(item_dec.decode(raw), now)  # before the entry goes (a crash: still queued)
+                item = item_dec.decode(raw)
+                self._settle(item, now)  # before the entry goes (a crash: still queued)
                 self._delete(key)
-                dropped += 1
+                n += 1
+            self._crawl_queued[queue_crawl(qid)] -= n
+            self._crawl(queue_crawl(qid)).dropped += n
+            dropped += n
             self._forget_queue(qid)
         self.stats.dropped += dropped
         return dropped

@@ -67,6 +67,26 @@ class Stats(msgspec.Struct, kw_only=True):
     skipped: int = 0  # URLs a worker declined without a request (feedback outcome "skipped")
 
 
+class CrawlRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A crawl in one partition (``K<crawl>``, changelogged): the commands it was given here and
+    its counters, which move with the partition like :class:`Stats`."""
+
+    paused: bool = False
+    per_host: int = 0  # URLs of the crawl queued per host, at most (0: no limit)
+    generation: int = 0  # its seen set's generation: a drop with forget starts a new one
+    ingested: int = 0
+    duplicates: int = 0
+    dispatched: int = 0  # page jobs sent
+    completed: int = 0  # URLs whose fate is decided (fetched, failed, skipped, disallowed)
+    fetched: int = 0
+    failed: int = 0
+    skipped: int = 0
+    disallowed: int = 0
+    dropped: int = 0
+    over_limit: int = 0  # URLs not queued: per_host reached
+    revisits: int = 0  # V entries of the crawl (fetched URLs waiting for their revisit)
+
+
 class Sweep(NamedTuple):
     """What one call of :meth:`PartitionFrontier.sweep_seen` did."""
 
@@ -105,3 +125,4 @@ override_dec = msgspec.json.Decoder(Override)
 state_dec = msgspec.json.Decoder(policy.ScopeState)
 robots_dec = msgspec.json.Decoder(RobotsRecord)
 stats_dec = msgspec.json.Decoder(Stats)
+crawl_dec = msgspec.json.Decoder(CrawlRecord)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import msgspec
 
-from frontier.intake.urls import seen_fingerprint
 from frontier.partition.keys import REVISIT, queue_id, revisit_due_ms, revisit_key, revisit_seen_key, seen_key
 from frontier.partition.records import encoder, item_dec
 from frontier.partition.scopes import Scopes
@@ -19,11 +18,12 @@ class Revisits(Scopes):
         """The URL waits in ``V`` until it is due; its seen entry (a *revisit*) keeps the last fetch
         time and names that ``V`` entry. ``V`` is written first: a seen entry never names a
         missing one (a ``V`` entry no seen entry names is dropped when due)."""
-        fingerprint = seen_fingerprint(item)
+        fingerprint = self._fingerprint(item)
         due_ms = int((now + item.revisit) * 1000)
         fresh = msgspec.structs.replace(item, attempts=0, redirects=0)
         self._put(revisit_key(due_ms, fingerprint), encoder.encode(fresh))
         self._put(seen_key(fingerprint), seen_value(SEEN_REVISIT, now, due_ms))
+        self._crawl(item.crawl).revisits += 1
         due = due_ms / 1000
         if self._next_revisit is None or due < self._next_revisit:
             self._next_revisit = due
@@ -39,11 +39,13 @@ class Revisits(Scopes):
             entry_key = revisit_seen_key(key)
             seen = self.kv.get(entry_key)
             state, _, named = read_seen(seen) if seen is not None else (SEEN_LEGACY, -1.0, -1)
+            item = item_dec.decode(raw)
+            crawl = self._crawl(item.crawl)
+            crawl.revisits = max(0, crawl.revisits - 1)
             if state != SEEN_REVISIT or named not in (-1, due_ms):
                 self._delete(key)  # forgotten, or re-queued by a recrawl since: this chain ends here
                 continue
-            item = item_dec.decode(raw)
-            qid = queue_id(self.scopes_of(item))
+            qid = queue_id(self.scopes_of(item), item.crawl)
             self._enqueue(self._qkey(qid, item, now), item, now, raw)  # queued before the V entry goes
             self._put(entry_key, seen_value(SEEN_OPEN, now))
             self._delete(key)

@@ -15,8 +15,8 @@ from frontier.config import ScopeSettings
 from frontier.core import policy
 from frontier.core.causes import Cause
 from frontier.core.control import Override, covers, updated
-from frontier.partition.keys import override_key, queue_id, queue_scopes, state_key
-from frontier.partition.queues import Queues
+from frontier.partition.crawls import Crawls
+from frontier.partition.keys import QueueId, is_multi, override_key, queue_id, queue_scopes, state_key
 from frontier.partition.records import Refused, encoder, state_dec
 from topics.schemas import ControlCommand, UrlItem
 
@@ -24,7 +24,7 @@ STATE_CACHE = 50_000  # scope states kept decoded in memory (bounded: RSS must n
 MAX_OVERRIDES = 100_000  # operators' overrides per partition (kept in memory: ~0.2 KB each)
 
 
-class Scopes(Queues):
+class Scopes(Crawls):
     def scopes_of(self, item: UrlItem) -> list[str]:
         """The host, its address ``ip:<address>`` (frontier.ip_scope: the router resolved it), the
         registrable domain when it has settings of its own, and the item's named scopes."""
@@ -71,7 +71,9 @@ class Scopes(Queues):
         return None
 
     def control(self, cmd: ControlCommand, now: float) -> int:
-        """Apply a scope command; return the queued URLs it dropped (drop) or 0."""
+        """Apply a scope (or crawl) command; return the queued URLs it dropped (drop) or 0."""
+        if cmd.crawl:
+            return self.crawl_control(cmd, now)
         name = cmd.scope
         if cmd.action == "drop":
             return self._drop(name, now)
@@ -125,9 +127,12 @@ class Scopes(Queues):
                     cause, kind = f"gate until +{new.gate_until - now:.0f}s ({new.gate_cause})", Cause.GATE
                 self.on_change(scope, before, after, cause, kind, new.gate_until)
 
-    def _decide(self, scopes: list[str], now: float, cost: float, register: bool = True) -> policy.Decision:
+    def _decide(
+        self, scopes: list[str], now: float, cost: float, register: bool = True, qid: QueueId | None = None
+    ) -> policy.Decision:
         """All scopes must allow: the latest time wins; a scope that needs feedback blocks outright
-        (and, with ``register``, a multi-scope queue waits on that scope's next free slot)."""
+        (and, with ``register``, a multi-scope queue or another crawl's queue, ``qid``, waits on
+        that scope's next free slot)."""
         if self._overrides:
             paused = self._paused_by(scopes)
             if paused is not None:
@@ -136,8 +141,8 @@ class Scopes(Queues):
         for scope in scopes:
             d = policy.decide(self._state(scope), now, self.scope_settings(scope), cost)
             if d.at is None:
-                if register and len(scopes) > 1:
-                    self._waiters[scope].add(queue_id(scopes))
+                if register and (len(scopes) > 1 or (qid is not None and is_multi(qid))):
+                    self._waiters[scope].add(qid if qid is not None else queue_id(scopes))
                 return policy.Decision(None, f"{d.reason} ({scope})")
             if d.at > now and (latest.at is None or d.at > latest.at):
                 latest = policy.Decision(d.at, f"{d.reason} ({scope})")

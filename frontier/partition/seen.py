@@ -74,16 +74,20 @@ def read_seen(value: bytes) -> tuple[int, float, int]:
 
 
 class SeenSet(PartitionBase):
+    def _fingerprint(self, item: UrlItem) -> bytes:
+        """The item's seen-set digest in its crawl's current generation."""
+        return seen_fingerprint(item, self._generation(item.crawl))
+
     def _settle(self, item: UrlItem, now: float) -> None:
         """The URL's fate is decided (fetched, failed, disallowed, dropped): stamp its seen entry
         *done*; the retention counts from here."""
-        self._put(seen_key(seen_fingerprint(item)), seen_value(SEEN_DONE, now))
+        self._put(seen_key(self._fingerprint(item)), seen_value(SEEN_DONE, now))
 
     def _reopen(self, item: UrlItem, now: float) -> None:
         """A URL back in its queue after its lease was lost is *open* again. (A crash between the
         *done* stamp of a result and the deletion of its lease, which comes second, restores the
         lease with the URL already stamped done.)"""
-        key = seen_key(seen_fingerprint(item))
+        key = seen_key(self._fingerprint(item))
         raw = self.kv.get(key)
         if raw is None or read_seen(raw)[0] != SEEN_OPEN:
             self._put(key, seen_value(SEEN_OPEN, now))

@@ -1,0 +1,196 @@
+"""Crawls: named streams of work that share one politeness (issue 20).
+
+Every URL belongs to a crawl (``UrlItem.crawl``, ``default`` when not named). A crawl has its
+own seen set (``SeenSet._fingerprint``: one URL is crawled once in each crawl), its own queues
+(a queue id names its crawl, ``keys.queue_id``) and its own workers (the service sends its jobs
+to the crawl's jobs topic), but no politeness of its own: scope states, gates, robots.txt and
+quotas are per scope, shared by every crawl. When several crawls queue URLs of the same scopes,
+the scopes' turns are shared out (:meth:`Crawls._choose`): the highest priority first, and
+round robin among equals, so the host sees one client at its own rate, whatever the number of
+crawls.
+
+A crawl is *held* while it is paused here (``crawl pause``) or has no worker connected (the
+service says which, ``set_idle_crawls``): its queues are put aside (``_parked``), out of the
+scheduler, and come back when it is released. Its record (``K<crawl>``: commands, counters, the
+seen set's generation) is changelogged and moves with the partition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from frontier.partition.keys import (
+    LEASE,
+    REVISIT,
+    QueueId,
+    crawl_key,
+    entry_priority,
+    queue_base,
+    queue_crawl,
+    queue_prefix,
+    revisit_due_ms,
+    revisit_seen_key,
+    seen_key,
+)
+from frontier.partition.queues import Queues
+from frontier.partition.records import encoder, item_dec, lease_dec
+from topics.schemas import DEFAULT_CRAWL, ControlCommand, CrawlStatus, UrlItem
+
+REVISIT_LOOK = 500  # V entries a status snapshot looks at, at most, for each crawl's next revisit
+
+
+class Crawls(Queues):
+    # -- held crawls ------------------------------------------------------------------------------
+    def set_idle_crawls(self, idle: Iterable[str], now: float) -> None:
+        """The crawls that have no worker now (the service watches the workers' groups): their
+        queues wait, out of the scheduler, until a worker comes."""
+        idle = frozenset(idle)
+        if idle != self.idle_crawls:
+            self.idle_crawls = idle
+            self._hold_changed(now)
+
+    def _hold_changed(self, now: float) -> None:
+        held = frozenset({name for name, r in self._crawls.items() if r.paused} | self.idle_crawls)
+        released, self._held = self._held - held, held
+        for crawl in released:
+            for qid in self._parked.pop(crawl, ()):
+                if qid in self._queued:
+                    self._scheduler.schedule(qid, now)
+
+    def held_reason(self, crawl: str) -> str | None:
+        """Why the crawl's URLs wait (None: they do not)."""
+        if crawl not in self._held:
+            return None
+        record = self._crawls.get(crawl)
+        if record is not None and record.paused:
+            return f"crawl {crawl!r} paused"
+        return f"crawl {crawl!r} has no worker"
+
+    # -- turns --------------------------------------------------------------------------------------
+    def _choose(self, qid: QueueId, group: set[QueueId]) -> QueueId:
+        """The queue that takes this turn of ``qid``'s scopes: among the crawls' queues of the
+        same scopes that are not held, the highest priority at the head, then the one chosen
+        longest ago (round robin)."""
+        base = queue_base(qid)
+        best: tuple[int, int] | None = None
+        chosen = qid
+        for q in (base, *group):
+            if self._queued.get(q, 0) <= 0 or (self._held and queue_crawl(q) in self._held):
+                continue
+            head = self.kv.first(queue_prefix(q))
+            if head is None:
+                continue
+            rank = (entry_priority(head[0]), -self._served.get(q, -1))
+            if best is None or rank > best:
+                best, chosen = rank, q
+        self._turn += 1
+        self._served[chosen] = self._turn
+        return chosen
+
+    # -- limits -------------------------------------------------------------------------------------
+    def _queued_in(self, crawl: str, host: str) -> int:
+        """URLs of ``crawl`` queued for ``host`` (O(the host's queues))."""
+        n = sum(self._queued[q] for q in self._multi.get(host, ()) if queue_crawl(q) == crawl)
+        if crawl == DEFAULT_CRAWL:
+            n += self._queued.get(QueueId(host), 0)
+        return n
+
+    def _over_limit(self, item: UrlItem) -> bool:
+        record = self._crawls.get(item.crawl)
+        return record is not None and record.per_host > 0 and self._queued_in(item.crawl, item.host) >= record.per_host
+
+    # -- commands -------------------------------------------------------------------------------------
+    def crawl_control(self, cmd: ControlCommand, now: float) -> int:
+        """Apply a crawl command here; return the queued URLs it dropped (drop) or 0."""
+        record = self._crawl(cmd.crawl)
+        if cmd.action == "pause":
+            record.paused = True
+        elif cmd.action == "resume":
+            record.paused = False
+        elif cmd.action == "limit":
+            record.per_host = cmd.per_host or 0
+        elif cmd.action == "drop":
+            return self._drop_crawl(cmd.crawl, now, cmd.forget)
+        self._hold_changed(now)
+        return 0
+
+    def _drop_crawl(self, crawl: str, now: float, forget: bool) -> int:
+        """Remove the crawl's queued URLs and waiting revisits (their seen entries: done, or with
+        ``forget`` deleted, and the crawl's seen set starts a new generation). Jobs in flight
+        finish."""
+        record = self._crawl(crawl)
+        dropped = 0
+        for qid in [q for q in self._queued if queue_crawl(q) == crawl]:
+            for key, raw in list(self.kv.scan(queue_prefix(qid))):
+                self._end_seen(item_dec.decode(raw), now, forget)  # before the entry goes
+                self._delete(key)
+                dropped += 1
+            self._forget_queue(qid)
+        self._crawl_queued.pop(crawl, None)
+        self._parked.pop(crawl, None)
+        for key, raw in list(self.kv.scan(REVISIT)):
+            if b'"crawl":' not in raw and crawl != DEFAULT_CRAWL:
+                continue
+            item = item_dec.decode(raw)
+            if item.crawl != crawl:
+                continue
+            if forget:
+                self._delete(revisit_seen_key(key))
+            self._delete(key)
+            record.revisits = max(0, record.revisits - 1)
+        if forget:
+            for _, raw in list(self.kv.scan(LEASE)):  # in flight: their entry of this generation goes now
+                lease = lease_dec.decode(raw)
+                if lease.item.crawl == crawl and lease.kind == "page":
+                    self._delete(seen_key(self._fingerprint(lease.item)))
+            record.generation += 1
+            self.stats.forgotten += dropped
+        record.dropped += dropped
+        self.stats.dropped += dropped
+        return dropped
+
+    def _end_seen(self, item: UrlItem, now: float, forget: bool) -> None:
+        if forget:
+            self._delete(seen_key(self._fingerprint(item)))
+        else:
+            self._settle(item, now)
+
+    # -- what an operator sees ----------------------------------------------------------------------
+    def crawl_rows(self, now: float) -> list[CrawlStatus]:
+        """Every crawl this partition has a record of, with its counts here."""
+        due = self._next_revisits()
+        rows = []
+        for name, r in self._crawls.items():
+            rows.append(CrawlStatus(
+                crawl=name, queued=self._crawl_queued.get(name, 0), inflight=self._crawl_inflight.get(name, 0),
+                ingested=r.ingested, dispatched=r.dispatched, completed=r.completed, fetched=r.fetched,
+                failed=r.failed, disallowed=r.disallowed, dropped=r.dropped, over_limit=r.over_limit,
+                revisits=r.revisits, next_revisit=due.get(name), paused=r.paused, per_host=r.per_host,
+            ))  # fmt: skip
+        return rows
+
+    def _next_revisits(self) -> dict[str, float]:
+        """Each crawl's earliest revisit (at most REVISIT_LOOK entries looked at: a crawl not met by
+        then is given the last time looked at, a lower bound)."""
+        waiting = {name for name, r in self._crawls.items() if r.revisits > 0}
+        found: dict[str, float] = {}
+        last = None
+        for n, (key, raw) in enumerate(self.kv.scan(REVISIT)):
+            last = revisit_due_ms(key) / 1000
+            if n >= REVISIT_LOOK:
+                break
+            crawl = item_dec.decode(raw).crawl if b'"crawl":' in raw else DEFAULT_CRAWL
+            found.setdefault(crawl, last)
+            if waiting <= found.keys():
+                return found
+        for name in waiting - found.keys():
+            if last is not None:
+                found[name] = last
+        return found
+
+    def _save_crawls(self) -> None:
+        for name in self._crawls_dirty:
+            record = self._crawls.get(name)
+            if record is not None:
+                self._put(crawl_key(name), encoder.encode(record))
+        self._crawls_dirty.clear()
