@@ -1,7 +1,7 @@
 """``crawl-frontier``: the one console script.
 
 Subcommands: ``kafka up|down|status``, ``topics create``, ``submit``, ``forget``, ``pages``, ``status``,
-``scope``, ``frontier``, ``router``, ``worker``, ``demo``. Every command takes ``--config FILE``
+``scope``, ``crawls``, ``crawl``, ``frontier``, ``router``, ``worker``, ``demo``. Every command takes ``--config FILE``
 (TOML; see ``frontier.config``) and ``--verbose``; errors in arguments or configuration print one
 clear line and exit with status 2. Every command that needs Kafka first checks that it answers:
 if not, one line ("cannot reach Kafka at ...: is `crawl-frontier kafka up` running?") and exit
@@ -30,6 +30,7 @@ from pathlib import Path
 from frontier.client import FrontierClient, SubmitError, read_lines, submission_value
 from frontier.config import Config, ConfigError, load
 from frontier.kafka import Kafka, KafkaUnreachable
+from topics.schemas import DEFAULT_CRAWL, valid_crawl
 
 __all__ = ["build_parser", "main", "submission_value"]
 
@@ -49,7 +50,7 @@ def _kafka(cfg: Config, wait: float = 0.0) -> Kafka:
 
 
 def _client(args: argparse.Namespace) -> FrontierClient:
-    client = FrontierClient(_config(args))
+    client = FrontierClient(_config(args), crawl=getattr(args, "crawl", None) or DEFAULT_CRAWL)
     client.check(CHECK_TIMEOUT)
     return client
 
@@ -168,7 +169,7 @@ def cmd_pages(args: argparse.Namespace) -> int:
         print(json.dumps({"error": str(exc)}))
 
     pages = client.iter_pages(follow=args.follow, group=args.group or None, idle=args.idle, limit=args.limit,
-                              on_error=undecodable)  # fmt: skip
+                              on_error=undecodable, crawl=args.crawl or "*")  # fmt: skip
     try:
         with closing(pages):
             for page in pages:
@@ -183,6 +184,7 @@ def cmd_pages(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    from frontier.observability.crawls import render_crawls
     from frontier.observability.status import LIVE_SECONDS, render
 
     client = _client(args)
@@ -190,7 +192,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         statuses = client.statuses(None if args.all else LIVE_SECONDS)
         if args.watch:
             print("\x1b[2J\x1b[H", end="")
-        print(render(statuses, args.top), flush=True)
+        print(render_crawls(statuses, only=args.crawl) if args.crawl else render(statuses, args.top), flush=True)
         if not args.watch:
             return 0 if statuses else 1
         try:
@@ -213,6 +215,49 @@ def cmd_scope(args: argparse.Namespace) -> int:
         client.control(cmd)
     print(f"sent: {args.action} {cmd.scope} (applied by the instance owning it; see `crawl-frontier status`)")
     return 0
+
+
+def cmd_crawls(args: argparse.Namespace) -> int:
+    from frontier.observability.crawls import render_crawls
+    from frontier.observability.status import LIVE_SECONDS
+
+    client = _client(args)
+    if args.wait:
+        print(f"waiting for crawl {args.wait!r} to finish (at most {args.timeout:.0f} s)", file=sys.stderr)
+        result = client.wait_done(args.wait, args.timeout, window=args.window)
+        if result.done:
+            print(f"crawl {args.wait!r} is done")
+            return 0
+        print(f"crawl {args.wait!r} is not done after {args.timeout:.0f} s: {result.left}")
+        return 1
+    print(render_crawls(client.statuses(LIVE_SECONDS)), flush=True)
+    return 0
+
+
+def cmd_crawl(args: argparse.Namespace) -> int:
+    from topics.schemas import ControlCommand
+
+    per_host = args.per_host if args.action == "limit" else None
+    if args.action == "limit" and per_host is None:
+        print("error: limit needs --per-host N (0 removes the limit)", file=sys.stderr)
+        return 2
+    cmd = ControlCommand(action=args.action, crawl=args.name, forget=args.forget, per_host=per_host)
+    try:
+        cmd.validate()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    with _client(args) as client:
+        client.control(cmd)
+    print(f"sent: {args.action} crawl {args.name!r} to every partition (see `crawl-frontier crawls`)")
+    return 0
+
+
+def _crawl_name(value: str) -> str:
+    try:
+        return valid_crawl(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _check_topic_limits(cfg: Config, kafka: Kafka) -> None:
@@ -270,7 +315,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     kafka = _kafka(cfg, wait=SERVICE_WAIT)
     _check_topic_limits(cfg, kafka)
-    run_worker(cfg, args.concurrency, kafka=kafka, fetcher=fetcher)
+    run_worker(cfg, args.concurrency, kafka=kafka, fetcher=fetcher, crawl=args.crawl)
     return 0
 
 
@@ -314,11 +359,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--follow", type=int, default=0, help="follow same-site links this many levels deep")
     s.add_argument("--recrawl", action="store_true",
                    help="crawl again even if seen before (not twice while still queued or in flight)")  # fmt: skip
+    s.add_argument("--crawl", type=_crawl_name, default=None,
+                   help="the crawl they belong to (default: 'default'); JSON lines may name their own")  # fmt: skip
     s.set_defaults(func=cmd_submit)
 
     fg = command("forget", "remove URLs from the seen set (a later submit crawls them again)")
     fg.add_argument("urls", nargs="*")
     fg.add_argument("--file", "-f", help="file with one URL or JSON submission per line ('-' for stdin)")
+    fg.add_argument("--crawl", type=_crawl_name, default=None, help="the crawl whose seen set (default: 'default')")
     fg.set_defaults(func=cmd_forget)
 
     pg = command("pages", "print fetched pages as JSON lines")
@@ -327,6 +375,7 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--limit", type=int, default=0)
     pg.add_argument("--body", action="store_true", help="include the body (decoded as UTF-8)")
     pg.add_argument("--group", default="", help="consumer group (commits offsets); default: read everything")
+    pg.add_argument("--crawl", type=_crawl_name, default=None, help="only this crawl's pages (default: every crawl's)")
     pg.set_defaults(func=cmd_pages)
 
     st = command("status", "totals and the busiest scopes, from every live frontier instance")
@@ -334,7 +383,23 @@ def build_parser() -> argparse.ArgumentParser:
     st.add_argument("--watch", action="store_true", help="refresh until interrupted")
     st.add_argument("--interval", type=float, default=2.0)
     st.add_argument("--all", action="store_true", help="include snapshots of instances that went silent")
+    st.add_argument("--crawl", type=_crawl_name, default=None, help="one crawl's counts (see `crawls`)")
     st.set_defaults(func=cmd_status)
+
+    cs = command("crawls", "every crawl: queued, in flight, done, errors, pages/s, workers")
+    cs.add_argument("--wait", type=_crawl_name, default=None, metavar="NAME",
+                    help="block until crawl NAME is finished (exit 0), or say what is left (exit 1)")  # fmt: skip
+    cs.add_argument("--timeout", type=float, default=600.0, help="--wait: seconds at most")
+    cs.add_argument("--window", type=float, default=0.0,
+                    help="--wait: a revisit due within this many seconds counts as work left")  # fmt: skip
+    cs.set_defaults(func=cmd_crawls)
+
+    cr = command("crawl", "pause/resume/drop one crawl, or limit the URLs it queues per host")
+    cr.add_argument("action", choices=["pause", "resume", "drop", "limit"])
+    cr.add_argument("name", type=_crawl_name, help="the crawl")
+    cr.add_argument("--forget", action="store_true", help="drop: forget its seen URLs too (crawled again if submitted)")
+    cr.add_argument("--per-host", type=int, default=None, help="limit: URLs queued per host at most (0: no limit)")
+    cr.set_defaults(func=cmd_crawl)
 
     sc = command("scope", "pause/resume/drop a scope, or set/clear its delay and concurrency")
     sc.add_argument("action", choices=["pause", "resume", "drop", "set", "clear"])
@@ -360,6 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="MODULE:FACTORY",
         help="fetch with FACTORY(config) from MODULE instead of the built-in fetcher (docs/WORKERS.md)",
     )
+    w.add_argument("--crawl", type=_crawl_name, default=DEFAULT_CRAWL,
+                   help="take the jobs of this crawl only (its own jobs topic and worker group)")  # fmt: skip
     w.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
     w.set_defaults(func=cmd_worker)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Generator, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
@@ -28,11 +29,23 @@ from confluent_kafka import KafkaException, Producer
 from frontier.config import Config, load
 from frontier.core.control import control_records
 from frontier.kafka import Kafka, KafkaUnreachable
-from frontier.observability.feed import read_status
+from frontier.observability.crawls import busy, crawl_rows
+from frontier.observability.feed import caught_up, read_status
 from frontier.observability.status import LIVE_SECONDS, Overview, overview
-from topics.schemas import ControlCommand, Page, SchemaError, Status, Submission, decode, encode
+from topics.schemas import (
+    DEFAULT_CRAWL,
+    ControlCommand,
+    CrawlStatus,
+    Page,
+    SchemaError,
+    Status,
+    Submission,
+    decode,
+    encode,
+    valid_crawl,
+)
 
-__all__ = ["FrontierClient", "KafkaUnreachable", "SubmitError", "read_lines", "submission_value"]
+__all__ = ["CrawlDone", "FrontierClient", "KafkaUnreachable", "SubmitError", "read_lines", "submission_value"]
 
 DELIVERY_TIMEOUT = 30.0  # a record Kafka has not acknowledged by then has failed (the broker went away)
 CHECK_TIMEOUT = 3.0  # the first use asks the brokers for metadata, this long at most
@@ -40,6 +53,27 @@ CHECK_TIMEOUT = 3.0  # the first use asks the brokers for metadata, this long at
 
 class SubmitError(RuntimeError):
     """Some submissions were not acknowledged by Kafka."""
+
+
+@dataclass(frozen=True)
+class CrawlDone:
+    """What :meth:`FrontierClient.wait_done` found: ``done``, else what is ``left`` (a sentence)
+    and the crawl's last counts (``row``; None when no instance reported)."""
+
+    crawl: str
+    done: bool
+    row: CrawlStatus | None
+    left: str
+
+
+def router_group_of(cfg: Config) -> str:
+    """The routers' consumer group (as ``frontier.service.app.router_group``)."""
+    return f"{cfg.frontier.app_id}-router"
+
+
+def _same(a: CrawlStatus, b: CrawlStatus) -> bool:
+    """Nothing entered or left the crawl between the two views."""
+    return (a.ingested, a.dispatched, a.completed) == (b.ingested, b.dispatched, b.completed)
 
 
 class FrontierClient:
@@ -59,7 +93,9 @@ class FrontierClient:
         bootstrap: str | None = None,
         kafka: Kafka | None = None,
         delivery_timeout: float | None = None,
+        crawl: str = DEFAULT_CRAWL,
     ) -> None:
+        self.crawl_name = valid_crawl(crawl)  # the crawl submissions go to and pages are read from, unless told
         cfg = config if isinstance(config, Config) else load(Path(config) if config is not None else None)
         if bootstrap is not None:
             cfg = cfg.with_bootstrap(bootstrap)
@@ -97,6 +133,7 @@ class FrontierClient:
         revisit: float = 0.0,
         recrawl: bool = False,
         flush: bool = True,
+        crawl: str | None = None,
     ) -> int:
         """Publish ``urls`` to ``crawl.urls``; return how many were published.
 
@@ -104,13 +141,14 @@ class FrontierClient:
         ``["api"]``, qualified by each URL's registrable domain). ``meta`` comes back on the page.
         ``follow``: same-site link levels to follow. ``revisit``: seconds after a fetch when the
         URL is due again (0: fetch once). ``recrawl``: queue the URLs even if they were crawled
-        before (a URL still queued or in flight is not queued twice). Invalid URLs are not
+        before (a URL still queued or in flight is not queued twice). ``crawl``: the crawl they
+        belong to (default: the client's); their follow-ups and pages stay in it. Invalid URLs are not
         refused here: the router puts them on ``crawl.rejected`` with the reason, as for any producer.
         With ``flush`` (default) this waits until Kafka acknowledged every record and raises
         :class:`SubmitError` if any failed.
         """
         base = Submission(url="", priority=priority, scopes=list(scopes), meta=dict(meta or {}), follow=follow,
-                          revisit=revisit, recrawl=recrawl)  # fmt: skip
+                          revisit=revisit, recrawl=recrawl, crawl=valid_crawl(crawl or self.crawl_name))  # fmt: skip
         return self._submit((encode(msgspec.structs.replace(base, url=url)) for url in urls), flush)
 
     def forget(self, urls: Iterable[str], *, flush: bool = True) -> int:
@@ -120,7 +158,7 @@ class FrontierClient:
         revisit interval ends its revisits. Goes through ``crawl.urls`` like a submission, so it
         reaches the partition owning the URL's domain; ``flush`` as for :meth:`submit`.
         """
-        base = Submission(url="", forget=True)
+        base = Submission(url="", forget=True, crawl=self.crawl_name)
         return self._submit((encode(msgspec.structs.replace(base, url=url)) for url in urls), flush)
 
     def submit_lines(
@@ -130,7 +168,8 @@ class FrontierClient:
         """Publish lines as ``crawl-frontier submit`` takes them (arguments, or a file's lines from
         :func:`read_lines`): each a URL or a :class:`Submission` JSON object, with the options of
         :func:`submission_value`; return how many were published. ``flush`` as for :meth:`submit`."""
-        values = (submission_value(line, follow=follow, recrawl=recrawl, forget=forget) for line in lines)
+        crawl = self.crawl_name
+        values = (submission_value(line, follow=follow, recrawl=recrawl, forget=forget, crawl=crawl) for line in lines)
         return self._submit(values, flush)
 
     def _submit(self, values: Iterable[bytes], flush: bool) -> int:
@@ -177,14 +216,17 @@ class FrontierClient:
         idle: float = 5.0,
         limit: int = 0,
         on_error: Callable[[SchemaError], None] | None = None,
+        crawl: str | None = None,
     ) -> Generator[Page, None, None]:
         """Pages from ``crawl.pages``: with ``follow``, forever; else until ``idle`` quiet seconds.
+        ``crawl``: only that crawl's pages (``"*"``: every crawl's; default: the client's crawl).
 
         Without ``group`` every call reads from the beginning; with a consumer ``group``, offsets
         are committed and a restarted reader continues where it stopped (several readers in one
         group share the pages). Undecodable records are skipped (after ``on_error``, if given).
         """
         self.check()
+        wanted = crawl or self.crawl_name
         settings = {"auto.offset.reset": "earliest", "enable.auto.commit": group is not None}
         consumer = self.kafka.reader("pages", settings, group=group)
         consumer.subscribe([self.topics.pages])
@@ -202,6 +244,8 @@ class FrontierClient:
                 except SchemaError as exc:
                     if on_error is not None:
                         on_error(exc)
+                    continue
+                if wanted != "*" and page.crawl != wanted:
                     continue
                 yield page
                 count += 1
@@ -224,10 +268,83 @@ class FrontierClient:
         """Totals and the busiest scopes over every live frontier instance."""
         return overview(self.statuses(), top)
 
+    # -- crawls ---------------------------------------------------------------------------------
+    def crawls(self) -> list[CrawlStatus]:
+        """Every crawl the live frontier instances know, added up over them, busiest first."""
+        return crawl_rows(self.statuses())
+
+    def crawl(self, name: str | None = None) -> CrawlStatus | None:
+        """One crawl's counts over every live instance (None: no instance knows it)."""
+        name = name or self.crawl_name
+        return next((r for r in self.crawls() if r.crawl == name), None)
+
+    def wait_done(self, name: str | None = None, timeout: float = 600.0, *, window: float = 0.0) -> CrawlDone:
+        """Block until the crawl is finished: nothing of it queued, leased, on its way in
+        (``crawl.urls`` routed, ``crawl.urls.bydomain`` applied) or waiting for a revisit due
+        within ``window`` seconds, as every partition's owner reports it. Returns at once a
+        :class:`CrawlDone` whose ``done`` is False, with what is left, when ``timeout`` came first."""
+        name = name or self.crawl_name
+        deadline = time.monotonic() + timeout
+        left = "no frontier instance has reported yet"
+        while True:
+            first, why = self._settled(name, window)
+            if first is not None and not why:
+                asked = time.time()
+                # anything submitted (or followed) before now is routed, then applied...
+                drained = caught_up(
+                    self.kafka, router_group_of(self.config), self.topics.urls, self.topics.partitions, deadline
+                ) and caught_up(
+                    self.kafka, self.config.frontier.app_id, self.topics.bydomain, self.topics.partitions, deadline
+                )
+                # ...and a snapshot taken since then still shows nothing, and nothing new
+                after, why = self._settled(name, window, since=asked, deadline=deadline) if drained else (None, "")
+                if after is not None and not why and _same(first, after):
+                    return CrawlDone(name, True, after, "")
+                left = why or ("input still on its way" if not drained else "it moved meanwhile")
+            elif why:
+                left = why
+            if time.monotonic() >= deadline:
+                return CrawlDone(name, False, first, left)
+            time.sleep(0.5)
+
+    def _settled(
+        self, name: str, window: float, since: float = 0.0, deadline: float | None = None
+    ) -> tuple[CrawlStatus | None, str]:
+        """The crawl's row from snapshots that cover every partition (taken after ``since``, waited
+        for until ``deadline``) and what keeps it from being done; (None, why) without such a view."""
+        while True:
+            statuses = self.statuses()
+            covered = sorted(p for s in statuses for p in s.partitions)
+            fresh = bool(statuses) and all(s.at > since for s in statuses)
+            if covered == list(range(self.topics.partitions)) and fresh:
+                row = next((r for r in crawl_rows(statuses) if r.crawl == name), None)
+                return row or CrawlStatus(crawl=name), busy(row, time.time(), window)
+            if deadline is None or time.monotonic() >= deadline:
+                missing = self.topics.partitions - len(set(covered))
+                return None, f"{missing} partition(s) not reported by a live instance" if missing else "waiting"
+            time.sleep(0.3)
+
+    def pause_crawl(self, name: str) -> None:
+        """Hold the crawl's jobs (its URLs stay queued) until :meth:`resume_crawl`; other crawls go on."""
+        self.control(ControlCommand(action="pause", crawl=name))
+
+    def resume_crawl(self, name: str) -> None:
+        self.control(ControlCommand(action="resume", crawl=name))
+
+    def drop_crawl(self, name: str, *, forget: bool = False) -> None:
+        """Remove the crawl's queued URLs and waiting revisits (jobs in flight finish); with
+        ``forget`` its seen set too, so a later submission crawls its URLs again."""
+        self.control(ControlCommand(action="drop", crawl=name, forget=forget))
+
+    def limit_crawl(self, name: str, per_host: int) -> None:
+        """At most ``per_host`` URLs of the crawl queued per host (0: no limit); more are not queued."""
+        self.control(ControlCommand(action="limit", crawl=name, per_host=per_host))
+
     # -- control -------------------------------------------------------------------------------
     def control(self, command: ControlCommand) -> None:
         """Send a scope command to every partition that may hold the scope (acknowledged by Kafka):
-        all of them for a host, domain or named scope (see :func:`control_records`)."""
+        all of them for a host, domain or named scope, and for a crawl command
+        (see :func:`control_records`)."""
         for key, value, partition in control_records(command, self.topics.partitions):
             self._produce(self.topics.control, value, key, partition)
         self.flush()
@@ -269,22 +386,27 @@ def read_lines(fh: IO[bytes]) -> Iterator[bytes]:
             yield line
 
 
-def submission_value(line: bytes, *, follow: int = 0, recrawl: bool = False, forget: bool = False) -> bytes:
+def submission_value(
+    line: bytes, *, follow: int = 0, recrawl: bool = False, forget: bool = False, crawl: str = DEFAULT_CRAWL
+) -> bytes:
     """The ``crawl.urls`` record for one URL or JSON submission given on the command line or in a
     file, with the options added. ``follow`` applies to bare URLs only (a JSON submission says
     its own); ``recrawl`` and ``forget`` apply to every line, JSON objects included, so a forget
-    never goes out as a plain submission. A line that is not a JSON object goes as a URL (the
+    never goes out as a plain submission; ``crawl`` to every line that does not name its own. A
+    line that is not a JSON object goes as a URL (the
     router rejects what is not one, with the reason)."""
-    flags = {name: True for name, on in (("recrawl", recrawl), ("forget", forget)) if on}
+    flags: dict[str, Any] = {name: True for name, on in (("recrawl", recrawl), ("forget", forget)) if on}
+    named = {"crawl": crawl} if crawl != DEFAULT_CRAWL else {}
     if line.startswith(b"{"):
-        if not flags:
+        if not flags and not named:
             return line
         try:
             obj = json.loads(line)
         except ValueError:
             return line  # not JSON: the router rejects it
-        return json.dumps({**obj, **flags}).encode() if isinstance(obj, dict) else line
+        return json.dumps({**named, **obj, **flags}).encode() if isinstance(obj, dict) else line
     extra: dict[str, Any] = {"follow": follow} if follow else {}
+    extra.update(named)
     if not flags and not extra:
         return line
     return json.dumps({"url": line.decode(errors="replace"), **extra, **flags}).encode()

@@ -18,7 +18,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, not
 from confluent_kafka.cimpl import NewTopic
 
 from frontier.kafka import Connection, Kafka
-from topics.catalog import ALL, COPARTITIONED, Topics, TopicSpec, needed_bytes
+from topics.catalog import ALL, COPARTITIONED, JOBS, Topics, TopicSpec, needed_bytes
 
 
 def create_all(kafka: Connection, topics: Topics, timeout: float = 30.0) -> list[str]:
@@ -54,6 +54,45 @@ def create_all(kafka: Connection, topics: Topics, timeout: float = 30.0) -> list
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise
     return created
+
+
+def create_crawl_jobs(kafka: Connection, topics: Topics, crawls: list[str], timeout: float = 30.0) -> list[str]:
+    """Create the jobs topics of these crawls that are missing (the limits and retention of
+    ``crawl.jobs``: :data:`~topics.catalog.JOBS`, the crawl's partition count); return the names
+    created. Idempotent: several frontier instances and workers may ask at once."""
+    admin = Kafka.of(kafka).admin()
+    existing = admin.list_topics(timeout=timeout).topics
+    config = {"cleanup.policy": "delete", "max.message.bytes": str(JOBS.max_message_bytes)}
+    names = sorted({topics.jobs_of(crawl) for crawl in crawls} - set(existing))
+    if not names:
+        return []
+    new = [NewTopic(n, num_partitions=topics.partitions, replication_factor=topics.replication, config=config)
+           for n in names]  # fmt: skip
+    created = []
+    for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
+        try:
+            fut.result()
+            created.append(name)
+        except KafkaException as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                raise
+    return created
+
+
+def group_members(kafka: Connection, groups: list[str], timeout: float = 10.0) -> dict[str, int]:
+    """How many members each consumer group has now (0: none, or no such group); a group the
+    broker did not answer for is left out."""
+    if not groups:
+        return {}
+    admin = Kafka.of(kafka).admin()
+    out: dict[str, int] = {}
+    for group, fut in admin.describe_consumer_groups(groups, request_timeout=timeout).items():
+        try:
+            out[group] = len(fut.result().members)
+        except KafkaException as exc:
+            if "GROUP_ID_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
+                out[group] = 0
+    return out
 
 
 class TopicLimitError(RuntimeError):

@@ -24,7 +24,26 @@ limit, and each knows the largest record our code puts on it (``produced_bytes``
 
 from __future__ import annotations
 
+import hashlib
+import re
 from dataclasses import dataclass
+
+DEFAULT_CRAWL = "default"  # as topics.schemas.DEFAULT_CRAWL (this module imports nothing of ours)
+_PLAIN_CRAWL = re.compile(r"[a-z0-9-]{1,64}")
+
+
+def crawl_token(crawl: str) -> str:
+    """The part of a topic or group name that stands for a crawl other than the default one: the
+    name itself when it is lower-case letters, digits and ``-`` (``books``), else a slug of it and
+    a digest of the whole name after a dot (``team-a-books.1f3a9c0e``), so that every crawl name
+    (any characters, see ``topics.schemas.valid_crawl``) gives a legal, distinct topic name. A
+    plain token has no dot and a digested one has one: the two forms never meet, and no token has
+    ``_``, which Kafka takes for ``.`` when it compares topic names."""
+    if _PLAIN_CRAWL.fullmatch(crawl):
+        return crawl
+    slug = re.sub(r"[^a-z0-9-]+", "-", crawl.lower()).strip("-")[:40] or "crawl"
+    return f"{slug}.{hashlib.blake2b(crawl.encode(), digest_size=4).hexdigest()}"
+
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -153,6 +172,11 @@ class Topics:
     def jobs(self) -> str:
         return self.name(JOBS)
 
+    def jobs_of(self, crawl: str) -> str:
+        """The jobs topic of a crawl: ``crawl.jobs`` for the default crawl, ``crawl.jobs.<token>``
+        for another (:func:`crawl_token`), made when the crawl first appears (``topics.admin``)."""
+        return self.jobs if crawl == DEFAULT_CRAWL else f"{self.jobs}.{crawl_token(crawl)}"
+
     @property
     def feedback(self) -> str:
         return self.name(FEEDBACK)
@@ -176,6 +200,13 @@ class Topics:
     @property
     def status(self) -> str:
         return self.name(STATUS)
+
+
+def workers_group(app_id: str, crawl: str = DEFAULT_CRAWL) -> str:
+    """The consumer group of a crawl's workers: ``<app_id>-workers`` for the default crawl,
+    ``<app_id>-workers.<token>`` for another (:func:`crawl_token`)."""
+    base = f"{app_id}-workers"
+    return base if crawl == DEFAULT_CRAWL else f"{base}.{crawl_token(crawl)}"
 
 
 def needed_bytes(spec: TopicSpec, max_body_bytes: int | None = None) -> int:

@@ -295,9 +295,7 @@ class Status(msgspec.Struct, kw_only=True):
     scopes: list[ScopeStatus]
     # assigned to the instance but not served (a store that cannot be opened, a fenced writer): why
     unserved: dict[int, str] = msgspec.field(default_factory=dict)
-    crawls: list[CrawlStatus] = msgspec.field(default_factory=list)  # every crawl with anything in these partitions
-    # partition → offset of the last crawl.urls.bydomain record applied (a crawl's "done" needs the input in)
-    applied: dict[int, int] = msgspec.field(default_factory=dict)
+    crawls: list[CrawlStatus] = msgspec.field(default_factory=list)  # every crawl these partitions know
 
 
 T = TypeVar("T", bound=msgspec.Struct)

@@ -24,7 +24,7 @@ from frontier.config import Config
 from frontier.core.robots import MAX_ROBOTS_BYTES, agent_token
 from frontier.kafka import Kafka
 from frontier.observability.metrics import WorkerMetrics
-from topics.schemas import Job
+from topics.schemas import DEFAULT_CRAWL, Job, valid_crawl
 from workers.addresses import AddressCheck
 from workers.gates import _HostGate
 from workers.leased import LeasedJob, Outcome
@@ -51,8 +51,10 @@ class JobsBase:
         kinds: Iterable[str] = ("page",),
         check_addresses: bool = True,
         internal: InternalFetcher | None = None,
+        crawl: str = DEFAULT_CRAWL,
     ) -> None:
         self.cfg = cfg
+        self.crawl = valid_crawl(crawl)  # this worker takes the jobs of this crawl only (its own topic and group)
         self.topics = cfg.topics
         self.concurrency = concurrency or cfg.worker.concurrency
         self.name = name or f"{socket.gethostname()}-{os.getpid()}"

@@ -29,6 +29,8 @@ from confluent_kafka import Message
 from prometheus_client import start_http_server
 
 from frontier.kafka import coordinates
+from topics.admin import create_crawl_jobs
+from topics.catalog import workers_group
 from topics.schemas import Job, SchemaError, decode
 from workers.base import Handler
 from workers.consuming import Consuming
@@ -68,9 +70,12 @@ class Jobs(Holding, Reporting, Consuming):
 
     async def start(self) -> None:
         self._bind()
+        topic = self.topics.jobs_of(self.crawl)
+        if topic != self.topics.jobs:  # a crawl's jobs topic is made when the crawl first appears, by either side
+            await asyncio.to_thread(create_crawl_jobs, self.kafka, self.topics, [self.crawl])
         self.publisher = Publisher(self.kafka.async_producer(self._loop), self.topics)
         consumer = self._consumer = self.kafka.consumer(
-            f"{self.cfg.frontier.app_id}-workers",
+            workers_group(self.cfg.frontier.app_id, self.crawl),
             **{
                 "partition.assignment.strategy": "cooperative-sticky",
                 "max.poll.interval.ms": 300000,
@@ -82,7 +87,7 @@ class Jobs(Holding, Reporting, Consuming):
             log.info("metrics on http://%s:%d/metrics", self.cfg.worker.metrics_bind, self.cfg.worker.metrics_port)
         self.membership = Membership()
         self.membership.start()
-        consumer.subscribe([self.topics.jobs], on_assign=self._on_assign, on_revoke=self._on_revoke,
+        consumer.subscribe([topic], on_assign=self._on_assign, on_revoke=self._on_revoke,
                            on_lost=self._on_lost)  # fmt: skip
         self._poller = asyncio.ensure_future(self._consume(consumer))
 

@@ -48,7 +48,7 @@ class Reporting(JobsBase):
                 return
             item = leased.item
             page = Page(v=SKIPPED_VERSION, url=item.url, outcome="skipped", error=reason[:500], meta=item.meta,
-                        fetched_at=time.time(), worker=self.name)  # fmt: skip
+                        fetched_at=time.time(), worker=self.name, crawl=item.crawl)  # fmt: skip
             if problem := await self.publisher.deliver(self.topics.pages, page, key=item.url.encode()):
                 log.error("%s: skipped page not published (%s); no feedback: the lease expires", item.url, problem)
                 return
@@ -112,7 +112,8 @@ class Reporting(JobsBase):
         error; when not even that goes out, report nothing (the lease expires, the job comes back)."""
         item = leased.item
         error_page = Page(url=item.url, status=r.status, outcome="error", error=reason, content_type=r.content_type,
-                          fetched_at=r.sent_at, latency=r.latency, meta=item.meta, worker=self.name)  # fmt: skip
+                          fetched_at=r.sent_at, latency=r.latency, meta=item.meta, worker=self.name,
+                          crawl=item.crawl)  # fmt: skip
         problem = await self.publisher.deliver(self.topics.pages, error_page, key=item.url.encode())
         if problem:
             log.error("%s: no page published (%s), not even an error page (%s); no feedback: the lease expires "
@@ -134,7 +135,7 @@ class Reporting(JobsBase):
             url=url, status=r.status, outcome="error" if r.error else "fetched", error=r.error,
             headers=page_headers(url, r.headers), body=r.body, truncated=r.truncated,
             content_type=r.content_type, fetched_at=r.sent_at, latency=r.latency, meta=leased.item.meta,
-            worker=self.name,
+            worker=self.name, crawl=leased.item.crawl,
         )  # fmt: skip
 
     async def _reject(self, msg: Message, exc: SchemaError) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from frontier.config import Config, ConfigError
 from frontier.kafka import Kafka
+from topics.schemas import DEFAULT_CRAWL
 from workers.blocking import BlockingJob
 from workers.builtin import AiohttpFetcher
 from workers.jobs import Jobs
@@ -104,6 +105,7 @@ class FetchWorker:
         name: str | None = None,
         kafka: Kafka | None = None,
         fetcher: Fetcher | None = None,
+        crawl: str = DEFAULT_CRAWL,
     ) -> None:
         self.cfg = cfg
         concurrency = concurrency or cfg.worker.concurrency
@@ -114,7 +116,7 @@ class FetchWorker:
             fetcher.threads = concurrency
         self.jobs = Jobs(cfg, concurrency=concurrency, name=name, kafka=kafka,
                          kinds=("page", "robots") if builtin else ("page",), check_addresses=not builtin,
-                         internal=self.builtin.fetch)  # fmt: skip
+                         internal=self.builtin.fetch, crawl=crawl)  # fmt: skip
         self.jobs.handler = self._fetch
 
     async def _fetch(self, job: LeasedJob) -> Outcome | None:
@@ -140,13 +142,18 @@ class FetchWorker:
 
 
 def run_worker(
-    cfg: Config, concurrency: int | None = None, kafka: Kafka | None = None, fetcher: Fetcher | None = None
+    cfg: Config,
+    concurrency: int | None = None,
+    kafka: Kafka | None = None,
+    fetcher: Fetcher | None = None,
+    crawl: str = DEFAULT_CRAWL,
 ) -> None:
     """Run a worker until SIGINT/SIGTERM (its clients from ``kafka``, default: built from ``cfg``);
-    ``fetcher``: see :func:`load_fetcher` (default: ``worker.fetcher`` if set, else the built-in one)."""
+    ``fetcher``: see :func:`load_fetcher` (default: ``worker.fetcher`` if set, else the built-in one);
+    ``crawl``: the crawl whose jobs it takes (only those)."""
     if fetcher is None and cfg.worker.fetcher:
         fetcher = load_fetcher(cfg.worker.fetcher, cfg)
-    worker = FetchWorker(cfg, concurrency, kafka=kafka, fetcher=fetcher)
+    worker = FetchWorker(cfg, concurrency, kafka=kafka, fetcher=fetcher, crawl=crawl)
 
     async def main() -> None:
         loop = asyncio.get_running_loop()

@@ -15,7 +15,7 @@ import msgspec
 
 from frontier.intake.urls import normal_host, registrable_domain
 from topics.partitioning import partition_for
-from topics.schemas import ControlCommand, encode
+from topics.schemas import CRAWLS_VERSION, ControlCommand, encode
 
 
 class Override(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -62,6 +62,8 @@ def control_record(cmd: ControlCommand, partitions: int) -> tuple[bytes, bytes, 
     of the scope's registrable domain, or for an address scope ``ip:<address>`` (frontier.ip_scope)
     the partition of that address, where its URLs are."""
     cmd.validate()
+    if cmd.crawl:  # a crawl command: to every partition (control_records), marked version 3
+        return f"crawl:{cmd.crawl}".encode(), encode(msgspec.structs.replace(cmd, v=CRAWLS_VERSION)), 0
     key = scope_key(cmd.scope)
     if cmd.scope.startswith("ip:"):
         cmd = msgspec.structs.replace(cmd, scope=f"ip:{key}")
@@ -85,6 +87,6 @@ def control_records(cmd: ControlCommand, partitions: int) -> list[tuple[bytes, b
     partition alone would be stored there and change nothing). An address scope
     ``ip:<address>`` has one partition (:func:`control_record`)."""
     key, value, partition = control_record(cmd, partitions)
-    if cmd.scope.startswith("ip:"):
+    if cmd.scope.startswith("ip:") and not cmd.crawl:
         return [(key, value, partition)]
     return [(key, value, p) for p in range(partitions)]

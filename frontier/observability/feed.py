@@ -112,3 +112,23 @@ class LagProbe:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def caught_up(kafka: Connection, group: str, topic: str, partitions: int, deadline: float) -> bool:
+    """Wait until ``group`` has committed every record ``topic`` held when asked (its end offsets
+    then); False when the monotonic ``deadline`` came first. Records written later are not waited
+    for. Reads the group's committed offsets without joining it."""
+    consumer = Kafka.of(kafka).reader("transit", {"enable.auto.commit": False}, group=group)
+    try:
+        tps = [TopicPartition(topic, p) for p in range(partitions)]
+        marks = {tp.partition: consumer.get_watermark_offsets(tp, timeout=5, cached=False) for tp in tps}
+        while True:
+            committed = consumer.committed(tps, timeout=5)
+            behind = [tp for tp in committed if max(tp.offset, marks[tp.partition][0]) < marks[tp.partition][1]]
+            if not behind:
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.2)
+    finally:
+        consumer.close()

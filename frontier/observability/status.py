@@ -9,7 +9,8 @@ from typing import Any
 
 import msgspec
 
-from topics.schemas import ScopeStatus, Status
+from frontier.observability.crawls import crawl_rows, shown, state
+from topics.schemas import CrawlStatus, ScopeStatus, Status
 
 LIVE_SECONDS = 10.0  # no snapshot for this long (5 intervals): the instance has gone away
 
@@ -78,6 +79,7 @@ class Overview:
     at: float = 0.0
     now: float = 0.0  # the reader's time, for the waits in ``why`` (0: the clock at to_json)
     unserved: dict[int, str] = field(default_factory=dict)  # partition → why it is not served
+    crawls: list[CrawlStatus] = field(default_factory=list)  # every crawl, added up over the instances
 
     def unserved_lines(self) -> list[str]:
         return [f"partition {p} not served: {why}" for p, why in sorted(self.unserved.items())]
@@ -85,8 +87,9 @@ class Overview:
     def to_json(self) -> dict[str, Any]:
         now = self.now or time.time()
         scopes = [{**msgspec.structs.asdict(r), "why": sentence(r.reason, r.wait_until, now)} for r in self.scopes]
+        crawls = [{**msgspec.structs.asdict(r), "state": state(r)} for r in shown(self.crawls)]
         return {"instances": self.instances, "partitions": self.partitions, "totals": self.totals, "at": self.at,
-                "scopes": scopes, "problems": self.unserved_lines()}  # fmt: skip
+                "scopes": scopes, "problems": self.unserved_lines(), "crawls": crawls}  # fmt: skip
 
 
 def overview(statuses: list[Status], top: int = 20) -> Overview:
@@ -98,7 +101,15 @@ def overview(statuses: list[Status], top: int = 20) -> Overview:
     unserved = {p: f"{why} ({s.instance})" for s in statuses for p, why in s.unserved.items()}
     return Overview(instances=sorted(s.instance for s in statuses), partitions=sum(len(s.partitions) for s in statuses),
                     totals=totals, scopes=rows, at=max((s.at for s in statuses), default=0.0),
-                    unserved=unserved)  # fmt: skip
+                    unserved=unserved, crawls=crawl_rows(statuses))  # fmt: skip
+
+
+def _crawl_lines(ov: Overview) -> list[str]:
+    """One line of crawls when there is more than the default one (``crawl-frontier crawls``: all)."""
+    if not any(r.crawl != "default" for r in ov.crawls):
+        return []
+    parts = [f"{r.crawl} {state(r)} {r.queued}q/{r.inflight}f/{r.completed}d" for r in shown(ov.crawls, 8)]
+    return ["crawls: " + "  ".join(parts) + "  (crawl-frontier crawls)"]
 
 
 def render(statuses: list[Status], top: int = 20, now: float | None = None) -> str:
@@ -133,6 +144,7 @@ def render(statuses: list[Status], top: int = 20, now: float | None = None) -> s
             )
         ),
         *ov.unserved_lines(),
+        *_crawl_lines(ov),
         "",
         f"{'scope':<32} {'queued':>7} {'infl':>4} {'conc':>4} {'delay':>7} {'limit/s':>8} {'gate':>8}  "
         "why not now; why this delay",

@@ -57,6 +57,10 @@ class Crawls(Queues):
                 if qid in self._queued:
                     self._scheduler.schedule(qid, now)
 
+    def crawl_names(self) -> Iterable[str]:
+        """The crawls this partition has a record of (every crawl that queued a URL here)."""
+        return self._crawls.keys()
+
     def held_reason(self, crawl: str) -> str | None:
         """Why the crawl's URLs wait (None: they do not)."""
         if crawl not in self._held:

@@ -22,7 +22,16 @@ from frontier.partition.keys import lease_key, queue_id, scope_queue
 from frontier.partition.records import REPORT_KINDS, Dispatch, Lease, Report, encoder, lease_dec
 from frontier.partition.revisits import Revisits
 from frontier.partition.robots import Robots
-from topics.schemas import EncodedJob, Feedback, Job, Page, UrlItem
+from topics.schemas import (
+    CRAWLS_VERSION,
+    DEFAULT_CRAWL,
+    SCHEMA_VERSION,
+    EncodedJob,
+    Feedback,
+    Job,
+    Page,
+    UrlItem,
+)
 
 
 class Leases(Robots, Revisits):
@@ -64,6 +73,7 @@ class Leases(Robots, Revisits):
             self._crawl(item.crawl).dispatched += 1
         host_state, host_settings = self._state(scopes[0]), self.scope_settings(scopes[0])
         terms: dict[str, Any] = {
+            "v": SCHEMA_VERSION if item.crawl == DEFAULT_CRAWL else CRAWLS_VERSION,
             "lease": lease_id,
             "kind": kind,
             "not_before": not_before,

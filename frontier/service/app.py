@@ -25,6 +25,7 @@ from frontier.intake.router import Router
 from frontier.kafka import Kafka
 from frontier.observability.feed import LagProbe, StatusFeed
 from frontier.observability.web import build_web, check_exposure
+from frontier.service.crawls import CrawlDirectory
 from frontier.service.lock import lock_state_dir
 from frontier.service.service import FrontierService
 from topics.schemas import ControlCommand, EncodedUrlBatch, FeedbackBatch, SchemaError, decode
@@ -152,6 +153,8 @@ def build_app(cfg: Config, kafka: Kafka | None = None) -> tuple[faust.App, Front
     async def run() -> None:
         if router is not None:
             router.start()
+        service.directory = CrawlDirectory(service.kafka, t, cfg.frontier.app_id)
+        service.directory.start()
         runner = await start_web(cfg, service) if cfg.frontier.web_port else None
         probe = LagProbe(service.kafka, cfg.frontier.app_id)
         loop_task = asyncio.ensure_future(service.dispatch_loop())

@@ -19,6 +19,7 @@ from frontier.core.causes import Cause
 from frontier.core.control import control_record, scope_key
 from frontier.intake.router import Router
 from frontier.kafka import AsyncProducer
+from frontier.observability.crawls import crawl_rows
 from frontier.observability.metrics import FrontierMetrics
 from frontier.observability.watch import (
     MAX_WATCH_SENT,
@@ -28,10 +29,11 @@ from frontier.observability.watch import (
     WatchBusy,
     watch_scope,
 )
+from frontier.service.crawls import CrawlDirectory
 from frontier.service.owned import _Owned
 from topics.catalog import Topics
 from topics.partitioning import partition_for
-from topics.schemas import ControlCommand, Status, encode
+from topics.schemas import ControlCommand, CrawlStatus, Status, encode
 
 MAX_GATE_GAUGE = 100_000  # open gates tracked for the gates-active gauge; beyond, it reads this value
 throttle_log = logging.getLogger("frontier.throttle")
@@ -53,6 +55,9 @@ class Reporting:
     _gates_pruned: float
     _rate_mark: tuple[float, int]
     pages_per_s: float
+    directory: CrawlDirectory | None
+    _crawl_marks: dict[str, tuple[float, int]]
+    crawl_rates: dict[str, float]
 
     @property
     def producer(self) -> AsyncProducer:
@@ -140,7 +145,25 @@ class Reporting:
             self._rate_mark = (time.monotonic(), done)
         totals["pages_per_s"] = round(self.pages_per_s)
         return Status(instance=self.instance, at=now, partitions=sorted(self._owned), totals=totals,
-                      scopes=rows, unserved=dict(self.unserved))  # fmt: skip
+                      scopes=rows, unserved=dict(self.unserved), crawls=self.crawl_status(now))  # fmt: skip
+
+    def crawl_status(self, now: float) -> list[CrawlStatus]:
+        """Every crawl of the owned partitions, added up over them, with the workers its group has
+        and its pages/s here (over the last 5+ seconds)."""
+        part = [Status(instance="", at=now, partitions=[], totals={}, scopes=[], crawls=owned.frontier.crawl_rows(now))
+                for owned in self._owned.values()]  # fmt: skip
+        rows = crawl_rows(part)
+        workers = self.directory.workers if self.directory is not None else {}
+        mono = time.monotonic()
+        for row in rows:
+            row.workers = workers.get(row.crawl, -1)
+            mark = self._crawl_marks.get(row.crawl)
+            if mark is None or mono - mark[0] >= 5.0:
+                if mark is not None:
+                    self.crawl_rates[row.crawl] = max(0.0, (row.completed - mark[1]) / (mono - mark[0]))
+                self._crawl_marks[row.crawl] = (mono, row.completed)
+            row.pages_per_s = round(self.crawl_rates.get(row.crawl, 0.0), 1)
+        return rows
 
     def publish_status(self, now: float) -> None:
         self._prune_gates(now)  # every status interval, not only when Prometheus scrapes

@@ -33,6 +33,7 @@ from frontier.observability.watch import (
     watch_scope,
 )
 from frontier.partition import Dispatch, Refused
+from frontier.service.crawls import CrawlDirectory
 from frontier.service.lifecycle import Lifecycle
 from frontier.service.owned import Ackable, _ack_all, _Owned
 from frontier.service.reporting import Reporting
@@ -84,6 +85,10 @@ class FrontierService(Reporting, Lifecycle):
         self._gates_pruned = 0.0
         self._rate_mark: tuple[float, int] = (time.monotonic(), 0)  # for pages/s in the status totals
         self.pages_per_s = 0.0
+        self.directory: CrawlDirectory | None = None  # the crawls' topics and workers (started by the app)
+        self._crawls_looked = 0.0  # when the partitions' crawls were last handed to the directory
+        self._crawl_marks: dict[str, tuple[float, int]] = {}  # crawl → (time, completed) for its pages/s
+        self.crawl_rates: dict[str, float] = {}
         self.standby: Standby | None = None
         if cfg.frontier.standby_replicas:
             self.standby = Standby(self.kafka, self.topics.state, cfg.frontier.state_dir, cfg.frontier.app_id)
@@ -101,6 +106,8 @@ class FrontierService(Reporting, Lifecycle):
             await asyncio.gather(*self._dropping, return_exceptions=True)
         if self.standby is not None:
             await asyncio.to_thread(self.standby.close)
+        if self.directory is not None:
+            await asyncio.to_thread(self.directory.stop)
         self.producer.send_nowait(self.topics.status, None, key=self.instance.encode())  # gone: tombstone
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close)
@@ -236,7 +243,7 @@ class FrontierService(Reporting, Lifecycle):
             await self._reject(f"control refused: {exc}", encode(cmd), self.topics.control, p, offset)
             event.ack()
             return
-        log.info("control %s %s%s (partition %d)", cmd.action, cmd.scope,
+        log.info("control %s %s%s (partition %d)", cmd.action, f"crawl {cmd.crawl!r}" if cmd.crawl else cmd.scope,
                  f": {dropped} queued URL(s) dropped" if cmd.action == "drop" else "", p)  # fmt: skip
         self._note(owned, CONTROL, event)
         self._mark(p, owned, (event,))
@@ -262,6 +269,8 @@ class FrontierService(Reporting, Lifecycle):
         """Lease every due job in every owned partition; return seconds until the next wakeup."""
         now = self.clock()
         wake: float | None = None
+        if self.directory is not None:
+            self._hold_idle_crawls(now)
         for owned in list(self._owned.values()):
             f = owned.frontier
             if owned.may_expire(now):  # not before the feedback waiting at open is applied
@@ -280,10 +289,24 @@ class FrontierService(Reporting, Lifecycle):
             return 0.5
         return min(0.5, max(0.0, wake - now))
 
+    def _hold_idle_crawls(self, now: float) -> None:
+        """Hand the partitions' crawls to the directory (twice a second at most) and hold the
+        queues of crawls that have no worker (its last answer: never waited for)."""
+        directory = self.directory
+        assert directory is not None
+        if 0 <= now - self._crawls_looked < 0.5:
+            return
+        self._crawls_looked = now
+        directory.know(frozenset(c for owned in self._owned.values() for c in owned.frontier.crawl_names()))
+        idle = directory.idle()
+        for owned in self._owned.values():
+            owned.frontier.set_idle_crawls(idle, now)
+
     def _publish(self, owned: _Owned, result: Dispatch) -> None:
-        """A round's jobs and report pages, in the partition's open transaction after its leases."""
+        """A round's jobs and report pages, in the partition's open transaction after its leases;
+        each job on its crawl's jobs topic (only that crawl's workers read it)."""
         for job, record in zip(result.jobs, result.records, strict=True):
-            owned.writer.write(self.topics.jobs, record, job.item.host.encode())
+            owned.writer.write(self.topics.jobs_of(job.item.crawl), record, job.item.host.encode())
             self.metrics.jobs.labels(job.kind).inc()
         for report in result.reports:
             owned.writer.write(self.topics.pages, encode(report.page), report.page.url.encode())
