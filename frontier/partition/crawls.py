@@ -73,8 +73,8 @@ class Crawls(Queues):
     # -- turns --------------------------------------------------------------------------------------
     def _choose(self, qid: QueueId, group: set[QueueId]) -> QueueId:
         """The queue that takes this turn of ``qid``'s scopes: among the crawls' queues of the
-        same scopes that are not held, the highest priority at the head, then the one chosen
-        longest ago (round robin)."""
+        same scopes that are not held, the highest priority at the head, then the one served
+        longest ago (round robin: :meth:`_took_turn` stamps a queue when it sends)."""
         base = queue_base(qid)
         best: tuple[int, int] | None = None
         chosen = qid
@@ -87,9 +87,13 @@ class Crawls(Queues):
             rank = (entry_priority(head[0]), -self._served.get(q, -1))
             if best is None or rank > best:
                 best, chosen = rank, q
-        self._turn += 1
-        self._served[chosen] = self._turn
         return chosen
+
+    def _took_turn(self, qid: QueueId) -> None:
+        """``qid`` sent one of its URLs (or reported one): the next turn of its scopes goes to
+        another crawl's queue first, when one waits."""
+        self._turn += 1
+        self._served[qid] = self._turn
 
     # -- limits -------------------------------------------------------------------------------------
     def _queued_in(self, crawl: str, host: str) -> int:

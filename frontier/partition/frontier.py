@@ -108,56 +108,80 @@ class PartitionFrontier(Leases, Visibility):
             if self._held and queue_crawl(qid) in self._held:
                 self._parked[queue_crawl(qid)].add(qid)  # until its crawl is resumed, or has a worker
                 continue
-            if self._groups:
-                group = self._groups.get(queue_base(qid))
-                if group:  # other crawls queue URLs of these scopes: whose turn is it?
-                    chosen = self._choose(qid, group)
-                    if chosen != qid:
-                        self._scheduler.schedule(qid, now)  # still due: it comes next, or after its turn
-                        qid = chosen
-            head = self.kv.first(queue_prefix(qid))
-            if head is None:
-                self._forget_queue(qid)
-                continue  # no work left: the queue leaves the heap
-            qkey, raw = head
-            item = item_dec.decode(raw)
-            scopes = queue_scopes(qid)
-            if self.settings.robots_obey:
-                site = origin(item.url)
-                rules = self._robots(site, now)
-                if rules is None:
-                    self._need_robots(qid, item, scopes, site, now, out)
-                    continue
-                if rules.unavailable and not self._robots_given_up(rules):
-                    self._scheduler.schedule(qid, self._robots_due(rules))
-                    continue
-                if rules.unavailable or not rules.allowed(item.url):
-                    if rules.unavailable:
-                        rec = rules.record
-                        error = f"robots.txt unreachable for {_duration(now - rec.failing_since)}"
-                        error += f" ({rec.failures} attempts, last: {rec.error or rec.status})"
-                        self._report(item, raw, qkey, scopes, now, "error", error)
-                        self.stats.failed += 1
-                    else:
-                        self._report(item, raw, qkey, scopes, now, "disallowed", "disallowed by robots.txt")
-                        self.stats.disallowed += 1
-                    self._dequeued(qid)
-                    self._scheduler.schedule(qid, now)
-                    continue
-            decision = self._decide(scopes, now, item.cost, qid=qid)
-            if decision.at is None:
-                continue  # waits for feedback on a full scope (registered as a waiter)
-            if decision.at > now + self.settings.dispatch_lead:
-                self._scheduler.schedule(qid, decision.at - self.settings.dispatch_lead)
+            group = self._groups.get(queue_base(qid)) if self._groups else None
+            if not group:
+                self._serve(qid, now, out)
                 continue
-            # Due now or within the lead: send it ahead with not_before = its slot, so Kafka
-            # transit is off the critical path; the worker holds it until then.
-            self._lease(out, item, raw, qkey, scopes, now, not_before=max(now, decision.at))
-            self._dequeued(qid)
-            self._scheduler.schedule(qid, now)
+            # other crawls queue URLs of these scopes: the turn goes to one of them, and the queue
+            # popped follows it (the same scopes decide the same: sent, due later, or waiting)
+            chosen = self._choose(qid, group)
+            if chosen != qid:
+                self._scheduler.discard(chosen)  # served now: where it goes next is what serving it says
+            self._serve(chosen, now, out)
+            if chosen != qid:
+                self._follow(qid, chosen, now)
         if self._unreported:
             self._report_pending(out, now)
         return out
+
+    def _serve(self, qid: QueueId, now: float, out: Dispatch) -> None:
+        """Give ``qid`` its turn: lease its head if every scope allows it now, or report it (robots.txt),
+        or reschedule it (or leave it waiting as a waiter)."""
+        head = self.kv.first(queue_prefix(qid))
+        if head is None:
+            self._forget_queue(qid)
+            return  # no work left: the queue leaves the heap
+        qkey, raw = head
+        item = item_dec.decode(raw)
+        scopes = queue_scopes(qid)
+        if self.settings.robots_obey:
+            site = origin(item.url)
+            rules = self._robots(site, now)
+            if rules is None:
+                self._need_robots(qid, item, scopes, site, now, out)
+                return
+            if rules.unavailable and not self._robots_given_up(rules):
+                self._scheduler.schedule(qid, self._robots_due(rules))
+                return
+            if rules.unavailable or not rules.allowed(item.url):
+                if rules.unavailable:
+                    rec = rules.record
+                    error = f"robots.txt unreachable for {_duration(now - rec.failing_since)}"
+                    error += f" ({rec.failures} attempts, last: {rec.error or rec.status})"
+                    self._report(item, raw, qkey, scopes, now, "error", error)
+                    self.stats.failed += 1
+                else:
+                    self._report(item, raw, qkey, scopes, now, "disallowed", "disallowed by robots.txt")
+                    self.stats.disallowed += 1
+                self._dequeued(qid)
+                self._scheduler.schedule(qid, now)
+                return
+        decision = self._decide(scopes, now, item.cost, qid=qid)
+        if decision.at is None:
+            return  # waits for feedback on a full scope (registered as a waiter)
+        if decision.at > now + self.settings.dispatch_lead:
+            self._scheduler.schedule(qid, decision.at - self.settings.dispatch_lead)
+            return
+        # Due now or within the lead: send it ahead with not_before = its slot, so Kafka
+        # transit is off the critical path; the worker holds it until then.
+        self._lease(out, item, raw, qkey, scopes, now, not_before=max(now, decision.at))
+        self._dequeued(qid)
+        self._scheduler.schedule(qid, now)
+        if self._groups:
+            self._took_turn(qid)
+
+    def _follow(self, qid: QueueId, chosen: QueueId, now: float) -> None:
+        """``qid`` lost its turn to ``chosen`` (its scopes'): it goes when ``chosen`` goes next, or,
+        when ``chosen`` waits for a response, waits for one of its scopes too."""
+        if self._queued.get(qid, 0) <= 0:
+            self._forget_queue(qid)
+            return
+        at = self._scheduler.scheduled_at(chosen)
+        if at is not None or chosen not in self._queued:
+            self._scheduler.schedule(qid, now if at is None else at)
+            return
+        for scope in queue_scopes(qid):  # chosen waits as a waiter: woken by the next response of its scopes
+            self._waiters[scope].add(qid)
 
     def _need_robots(
         self, qid: QueueId, item: UrlItem, scopes: list[str], site: str, now: float, out: Dispatch
