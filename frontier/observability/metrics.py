@@ -1,7 +1,9 @@
 """Prometheus metrics of the frontier and the workers (documented in docs/METRICS.md).
 
 Label values are bounded by construction: status classes, event kinds, cause classes and topic
-roles are fixed sets. No label ever carries a host, URL or scope name (millions of them).
+roles are fixed sets. No label ever carries a host, URL or scope name (millions of them). The one
+label that carries a name is ``crawl``: the busiest :data:`~frontier.observability.crawls.SHOWN_CRAWLS`
+crawls by name, the others added up as ``other``, whatever their number.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from frontier.core.causes import CAUSES  # the classes of delay changes: the cause label
+from frontier.observability.crawls import shown
+from topics.schemas import CrawlStatus
 
 FETCH_CLASSES = ("2xx", "3xx", "4xx", "429", "5xx", "error", "expired", "disallowed", "skipped")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -61,8 +65,31 @@ class _Totals(Collector):
         yield events
 
 
+class _Crawls(Collector):
+    """Per-crawl gauges read at scrape time: the busiest crawls by name, the rest as ``other``."""
+
+    def __init__(self, read: Callable[[], list[CrawlStatus]]) -> None:
+        self._read = read
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        rows = shown(self._read())
+        urls = GaugeMetricFamily("crawl_frontier_crawl_urls", "a crawl's URLs in the owned partitions, by state",
+                                 labels=["crawl", "state"])  # fmt: skip
+        for row in rows:
+            for state in ("queued", "inflight", "completed", "fetched", "failed", "disallowed", "dropped", "revisits"):
+                urls.add_metric([row.crawl, state], getattr(row, state))
+        yield urls
+        workers = GaugeMetricFamily("crawl_frontier_crawl_workers", "members of a crawl's worker group (-1: not known)",
+                                    labels=["crawl"])  # fmt: skip
+        for row in rows:
+            workers.add_metric([row.crawl], row.workers)
+        yield workers
+
+
 class FrontierMetrics:
-    def __init__(self, totals: Callable[[], Mapping[str, int]]) -> None:
+    def __init__(
+        self, totals: Callable[[], Mapping[str, int]], crawls: Callable[[], list[CrawlStatus]] | None = None
+    ) -> None:
         self.registry = CollectorRegistry()
         self.jobs = Counter("crawl_frontier_jobs_dispatched", "fetch jobs sent to workers by this process",
                             ["kind"], registry=self.registry)  # fmt: skip
@@ -73,6 +100,8 @@ class FrontierMetrics:
         self.lag = Gauge("crawl_frontier_consumer_lag", "records not yet consumed in the owned partitions",
                          ["topic"], registry=self.registry)  # fmt: skip
         self.registry.register(_Totals(totals))
+        if crawls is not None:
+            self.registry.register(_Crawls(crawls))
         for c in CAUSES:
             self.delay_changes.labels(c)
         for kind in ("page", "robots"):

@@ -37,6 +37,8 @@ def sentence(reason: str, wait_until: float | None, now: float) -> str:
     where = f" ({rest}" if sep else ""
     if word == "paused":
         return f"paused by an operator{where}"
+    if word == "crawl":  # "crawl 'b' paused", "crawl 'b' has no worker": a sentence already
+        return reason
     if word == "concurrency":
         return f"every slot in use: waits for a response{where}"
     template = _SENTENCES.get(word)

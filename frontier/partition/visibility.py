@@ -10,7 +10,7 @@ from operator import itemgetter
 
 from frontier.core import policy
 from frontier.core.robots import origin
-from frontier.partition.keys import QueueId, queue_prefix, queue_scopes, scope_queue
+from frontier.partition.keys import QueueId, queue_crawl, queue_prefix, queue_scopes, scope_queue
 from frontier.partition.records import item_dec
 from frontier.partition.robots import Robots
 from topics.schemas import ScopeStatus
@@ -20,6 +20,9 @@ class Visibility(Robots):
     def _explain(self, qid: QueueId, now: float) -> tuple[str, float | None]:
         """Why ``qid`` is not dispatching now (no side effects: for status only)."""
         scopes = queue_scopes(qid)
+        held = self.held_reason(queue_crawl(qid)) if self._held else None
+        if held is not None:
+            return held, None
         paused = self._paused_by(scopes) if self._overrides else None
         if paused is not None:
             return f"paused ({paused})", None

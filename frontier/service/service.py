@@ -76,7 +76,7 @@ class FrontierService(Reporting, Lifecycle):
         self._producer: AsyncProducer | None = None
         self.running = False
         self.instance = f"{socket.gethostname()}-{os.getpid()}"
-        self.metrics = FrontierMetrics(self.metric_totals)
+        self.metrics = FrontierMetrics(self.metric_totals, lambda: self.crawl_status(self.clock()))
         self.watched: dict[str, float] = {}  # scope → until when a live page (any instance's) charts it
         self._watch_sent: dict[str, float] = {}  # scope → when this instance last asked for it (< WATCH_RESEND ago)
         self.router: Router | None = None  # the embedded router, if any (its rejections count here)
