@@ -76,6 +76,9 @@ class PartitionBase:
         self._parked: dict[str, set[QueueId]] = defaultdict(set)  # held crawl → its queues put aside
         self._held: frozenset[str] = frozenset()  # crawls paused here, or without a worker
         self.idle_crawls: frozenset[str] = frozenset()  # crawls with no worker (the service says)
+        # the crawls that have a worker (the service says; None: every crawl, as without a service):
+        # any other crawl waits, a new one too until the service has seen its workers
+        self.served_crawls: frozenset[str] | None = None
 
     def _crawl(self, name: str) -> CrawlRecord:
         """The crawl's record here (made when it first appears), marked to be saved with the
@@ -85,6 +88,10 @@ class PartitionBase:
             record = self._crawls[name] = CrawlRecord()
         self._crawls_dirty.add(name)
         return record
+
+    def _waits(self, crawl: str) -> bool:
+        """Whether the crawl's URLs wait (paused here, or no worker for it: see ``crawls.py``)."""
+        return crawl in self._held or (self.served_crawls is not None and crawl not in self.served_crawls)
 
     def _generation(self, crawl: str) -> int:
         record = self._crawls.get(crawl)

@@ -9,10 +9,12 @@ the scopes' turns are shared out (:meth:`Crawls._choose`): the highest priority 
 round robin among equals, so the host sees one client at its own rate, whatever the number of
 crawls.
 
-A crawl is *held* while it is paused here (``crawl pause``) or has no worker connected (the
-service says which, ``set_idle_crawls``): its queues are put aside (``_parked``), out of the
-scheduler, and come back when it is released. Its record (``K<crawl>``: commands, counters, the
-seen set's generation) is changelogged and moves with the partition.
+A crawl *waits* while it is paused here (``crawl pause``) or has no worker connected (the
+service says which crawls have one, ``set_served_crawls``, or which have none,
+``set_idle_crawls``): its queues are put aside (``_parked``), out of the scheduler, and come back
+when it is released. A crawl the service has not answered for yet waits too. Its record
+(``K<crawl>``: commands, counters, the seen set's generation) is changelogged and moves with
+the partition.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from frontier.partition.keys import (
     QueueId,
     crawl_key,
     entry_priority,
+    lease_of,
     queue_base,
     queue_crawl,
     queue_prefix,
@@ -49,11 +52,18 @@ class Crawls(Queues):
             self.idle_crawls = idle
             self._hold_changed(now)
 
+    def set_served_crawls(self, served: Iterable[str] | None, now: float) -> None:
+        """The crawls that have a worker now (None: every crawl): the others wait, out of the
+        scheduler, until a worker comes."""
+        served = frozenset(served) if served is not None else None
+        if served != self.served_crawls:
+            self.served_crawls = served
+            self._hold_changed(now)
+
     def _hold_changed(self, now: float) -> None:
-        held = frozenset({name for name, r in self._crawls.items() if r.paused} | self.idle_crawls)
-        released, self._held = self._held - held, held
-        for crawl in released:
-            for qid in self._parked.pop(crawl, ()):
+        self._held = frozenset({name for name, r in self._crawls.items() if r.paused} | self.idle_crawls)
+        for crawl in [c for c in self._parked if not self._waits(c)]:
+            for qid in self._parked.pop(crawl):
                 if qid in self._queued:
                     self._scheduler.schedule(qid, now)
 
@@ -63,7 +73,7 @@ class Crawls(Queues):
 
     def held_reason(self, crawl: str) -> str | None:
         """Why the crawl's URLs wait (None: they do not)."""
-        if crawl not in self._held:
+        if not self._waits(crawl):
             return None
         record = self._crawls.get(crawl)
         if record is not None and record.paused:
@@ -79,7 +89,7 @@ class Crawls(Queues):
         best: tuple[int, int] | None = None
         chosen = qid
         for q in (base, *group):
-            if self._queued.get(q, 0) <= 0 or (self._held and queue_crawl(q) in self._held):
+            if self._queued.get(q, 0) <= 0 or self._waits(queue_crawl(q)):
                 continue
             head = self.kv.first(queue_prefix(q))
             if head is None:
@@ -146,16 +156,50 @@ class Crawls(Queues):
                 self._delete(revisit_seen_key(key))
             self._delete(key)
             record.revisits = max(0, record.revisits - 1)
-        if forget:
-            for _, raw in list(self.kv.scan(LEASE)):  # in flight: their entry of this generation goes now
-                lease = lease_dec.decode(raw)
-                if lease.item.crawl == crawl and lease.kind == "page":
+        for key, raw in list(self.kv.scan(LEASE)):  # in flight: they finish, and do not come back
+            lease = lease_dec.decode(raw)
+            if lease.item.crawl == crawl and lease.kind == "page":
+                record.dropped_leases[lease_of(key)] = forget
+                if forget:  # its entry of this generation goes now; its result writes none
                     self._delete(seen_key(self._fingerprint(lease.item)))
+        if forget:
             record.generation += 1
             self.stats.forgotten += dropped
         record.dropped += dropped
         self.stats.dropped += dropped
         return dropped
+
+    def _dropped_lease(self, crawl: str, lease_id: str) -> bool | None:
+        """Whether a lease was in flight when its crawl was dropped (the value: that drop forgot
+        the seen set; None: it was not)."""
+        record = self._crawls.get(crawl)
+        if record is None or not record.dropped_leases:
+            return None
+        return record.dropped_leases.get(lease_id)
+
+    def _end_dropped(self, item: UrlItem, lease_id: str, outcome: str, now: float, forgotten: bool) -> None:
+        """The result of a job whose crawl was dropped while it was in flight: counted, never
+        queued again (a retry, a hand-back or a lost lease ends it), and after a forgetting drop
+        nothing written to the crawl's new seen set."""
+        record = self._crawl(item.crawl)
+        record.dropped_leases.pop(lease_id, None)
+        if outcome in ("fetched", "error", "skipped"):
+            record.completed += 1
+            self.stats.completed += 1
+            if outcome == "fetched":
+                record.fetched += 1
+                self.stats.fetched += 1
+            elif outcome == "error":
+                record.failed += 1
+                self.stats.failed += 1
+            else:
+                record.skipped += 1
+                self.stats.skipped += 1
+        else:
+            record.dropped += 1
+            self.stats.dropped += 1
+        if not forgotten:
+            self._settle(item, now)
 
     def _end_seen(self, item: UrlItem, now: float, forget: bool) -> None:
         if forget:

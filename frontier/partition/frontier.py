@@ -105,8 +105,8 @@ class PartitionFrontier(Leases, Visibility):
             if due is None:
                 break
             qid = QueueId(due)
-            if self._held and queue_crawl(qid) in self._held:
-                self._parked[queue_crawl(qid)].add(qid)  # until its crawl is resumed, or has a worker
+            if (self._held or self.served_crawls is not None) and self._waits(crawl := queue_crawl(qid)):
+                self._parked[crawl].add(qid)  # until its crawl is resumed, or has a worker
                 continue
             group = self._groups.get(queue_base(qid)) if self._groups else None
             if not group:
@@ -236,6 +236,8 @@ class PartitionFrontier(Leases, Visibility):
             heapq.heappush(self._leases, (lease.deadline, lease_of(key)))
             self.inflight += 1
             self._crawl_inflight[lease.item.crawl] += 1
+            if lease.item.crawl not in self._crawls:
+                self._crawl(lease.item.crawl)
             if lease.kind == "robots":
                 self._robots_pending.add(lease.site or origin(lease.item.url))
         for key, _ in self.kv.scan(QUEUE):
@@ -243,7 +245,9 @@ class PartitionFrontier(Leases, Visibility):
         for qid, n in self._queued.items():
             crawl = queue_crawl(qid)
             self._crawl_queued[crawl] += n
-            if crawl in self._held:
+            if crawl not in self._crawls:  # a store written before crawls: the default crawl has no record
+                self._crawl(crawl)
+            if self._waits(crawl):
                 self._parked[crawl].add(qid)
             else:
                 self._scheduler.schedule(qid, now)

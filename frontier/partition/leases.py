@@ -95,9 +95,12 @@ class Leases(Robots, Revisits):
             self._late(fb, now)
             return False
         item = lease.item
+        dropped = self._dropped_lease(item.crawl, fb.lease) if lease.kind == "page" else None
         if lease.kind == "robots":
             if fb.outcome != "expired":
                 self._store_robots(lease.site or origin(item.url), item, fb, now)
+        elif dropped is not None:
+            self._end_dropped(item, fb.lease, fb.outcome, now, forgotten=dropped)
         elif fb.outcome == "expired":
             self._enqueue(lease.qkey, item, now)  # back to where it was
             self.stats.returned += 1
@@ -157,7 +160,7 @@ class Leases(Robots, Revisits):
         for scope in lease.scopes:
             self._wake(scope, now)
         qid = queue_id(lease.scopes, lease.item.crawl)
-        if not (self._held and lease.item.crawl in self._held):
+        if not self._waits(lease.item.crawl):
             self._scheduler.schedule(qid, now)
         self._scheduler.schedule(scope_queue(lease.scopes[0]), now)  # the host's own queue (it registers no waiters)
 
@@ -171,7 +174,10 @@ class Leases(Robots, Revisits):
             if raw is None:
                 continue  # feedback already closed it
             lease = lease_dec.decode(raw)
-            if lease.kind == "page":
+            dropped = self._dropped_lease(lease.item.crawl, lease_id) if lease.kind == "page" else None
+            if dropped is not None:
+                self._end_dropped(lease.item, lease_id, "lost", now, forgotten=dropped)
+            elif lease.kind == "page":
                 # A lease can be lost again and again (a URL whose fetch kills its worker, a worker
                 # that never answers): count it as an attempt, and end with an error page.
                 item = msgspec.structs.replace(lease.item, attempts=lease.item.attempts + 1)

@@ -43,7 +43,7 @@ class Queues(SeenSet):
             self._index_queue(qid)
         self._queued[qid] += 1
         self._crawl_queued[item.crawl] += 1
-        if item.crawl in self._held:
+        if self._waits(item.crawl):
             self._parked[item.crawl].add(qid)  # waits for its crawl's resume, or a worker
         else:
             self._scheduler.schedule(qid, min(now, self._scheduler.scheduled_at(qid) or now))

@@ -85,6 +85,10 @@ class CrawlRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     dropped: int = 0
     over_limit: int = 0  # URLs not queued: per_host reached
     revisits: int = 0  # V entries of the crawl (fetched URLs waiting for their revisit)
+    # jobs in flight when the crawl was dropped (lease id → the drop forgot the seen set): they
+    # finish, but their URLs are not queued again, and after a forgetting drop they leave the
+    # crawl's new seen set alone (at most max_inflight per partition)
+    dropped_leases: dict[str, bool] = msgspec.field(default_factory=dict)
 
 
 class Sweep(NamedTuple):

@@ -20,7 +20,7 @@ class Visibility(Robots):
     def _explain(self, qid: QueueId, now: float) -> tuple[str, float | None]:
         """Why ``qid`` is not dispatching now (no side effects: for status only)."""
         scopes = queue_scopes(qid)
-        held = self.held_reason(queue_crawl(qid)) if self._held else None
+        held = self.held_reason(queue_crawl(qid))
         if held is not None:
             return held, None
         paused = self._paused_by(scopes) if self._overrides else None

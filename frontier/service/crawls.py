@@ -53,10 +53,10 @@ class CrawlDirectory:
             self.crawls = self.crawls | crawls
             self._wake.set()
 
-    def idle(self) -> frozenset[str]:
-        """The crawls whose jobs nobody would take now."""
+    def served(self) -> frozenset[str]:
+        """The crawls whose jobs a worker would take now (any other crawl waits, a new one too)."""
         workers, made = self.workers, self._made
-        return frozenset(c for c in self.crawls if not self._served(c, workers, made))
+        return frozenset(c for c in self.crawls if self._served(c, workers, made))
 
     @staticmethod
     def _served(crawl: str, workers: dict[str, int], made: set[str]) -> bool:

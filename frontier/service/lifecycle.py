@@ -15,6 +15,7 @@ from frontier.config import Config
 from frontier.core.causes import Cause
 from frontier.kafka import Kafka
 from frontier.partition import PartitionFrontier
+from frontier.service.crawls import CrawlDirectory
 from frontier.service.owned import _Owned
 from frontier.service.restore import close_partition, db_path, feedback_backlog_end, open_partition
 from frontier.service.standby import Standby
@@ -34,6 +35,7 @@ class Lifecycle:
     clock: Callable[[], float]
     running: bool
     standby: Standby | None
+    directory: CrawlDirectory | None
     unserved: dict[int, str]
     failure: Exception | None
     _owned: dict[int, _Owned]
@@ -105,6 +107,8 @@ class Lifecycle:
         owned.expire_from = self.clock() + self.cfg.frontier.lease_grace + self.cfg.frontier.fetch_timeout
         self._owned[p] = owned
         owned.frontier.rebuild(self.clock())
+        if self.directory is not None:  # before its first dispatch: crawls nobody works for wait
+            owned.frontier.set_served_crawls(self.directory.served(), self.clock())
         self._ready[p].set()
         self._wake.set()
         log.info(

@@ -291,16 +291,17 @@ class FrontierService(Reporting, Lifecycle):
 
     def _hold_idle_crawls(self, now: float) -> None:
         """Hand the partitions' crawls to the directory (twice a second at most) and hold the
-        queues of crawls that have no worker (its last answer: never waited for)."""
+        queues of crawls that have no worker (its last answer: never waited for); a crawl it has
+        not answered for yet waits too."""
         directory = self.directory
         assert directory is not None
         if 0 <= now - self._crawls_looked < 0.5:
             return
         self._crawls_looked = now
         directory.know(frozenset(c for owned in self._owned.values() for c in owned.frontier.crawl_names()))
-        idle = directory.idle()
+        served = directory.served()
         for owned in self._owned.values():
-            owned.frontier.set_idle_crawls(idle, now)
+            owned.frontier.set_served_crawls(served, now)
 
     def _publish(self, owned: _Owned, result: Dispatch) -> None:
         """A round's jobs and report pages, in the partition's open transaction after its leases;
