@@ -16,6 +16,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from itertools import pairwise
 from types import FrameType
 from typing import Any
 
@@ -183,7 +184,7 @@ def assert_polite(jobs: list[Job]) -> None:
     for job in jobs:
         by_host.setdefault(job.item.host, []).append(job.not_before)
     for host, times in by_host.items():
-        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+        gaps = [b - a for a, b in pairwise(times)]
         assert all(g >= DELAY - EPS for g in gaps), (host, times)
 
 
@@ -292,6 +293,24 @@ def test_a_crawl_without_workers_waits_and_goes_when_one_comes() -> None:
     assert f.queued() == 0
 
 
+def test_only_the_crawls_the_service_says_have_workers_go() -> None:
+    f = make()
+    f.ingest(subs("a", "h.test", 2) + subs("b", "h.test", 2) + subs(None, "d.test", 1), 0.0)
+    f.set_served_crawls({"a"}, 0.0)
+    assert f.held_reason("a") is None
+    assert f.held_reason("b") == "crawl 'b' has no worker" and f.held_reason(DEFAULT_CRAWL) is not None
+    assert f.held_reason("new") is not None  # a crawl not seen yet waits too
+    sim = Sim(f)
+    assert crawls_of(sim.run(until=50.0)) == ["a", "a"]
+    f.ingest(subs("c", "c.test", 1), sim.now)
+    assert sim.run(until=100.0) == []
+    f.set_served_crawls({"a", "b", DEFAULT_CRAWL}, sim.now)
+    assert Counter(crawls_of(sim.run(until=200.0))) == {"b": 2, DEFAULT_CRAWL: 1}  # c: still no worker
+    f.set_served_crawls(None, sim.now)  # None: every crawl (no service watching)
+    assert crawls_of(sim.run(until=300.0)) == ["c"]
+    assert_polite(sim.jobs)
+
+
 def test_an_idle_crawl_waits_while_the_other_crawl_of_its_host_goes_on() -> None:
     f = make()
     f.ingest(subs("a", "h.test", 3) + subs("b", "h.test", 3), 0.0)
@@ -384,6 +403,73 @@ def test_drop_with_forget_lets_the_crawls_urls_be_queued_again() -> None:
     assert f.ingest(again, sim.now) == 0  # (and duplicates again from then on)
     assert f.ingest(subs("a", "h.test", 2), sim.now) == 0  # a's seen set is untouched
     assert rows(f, sim.now)["b"].queued == 3
+
+
+def test_jobs_in_flight_finish_after_a_drop() -> None:
+    f = make()
+    f.ingest(subs("b", "h.test", 3), 0.0)
+    job = f.dispatch(0.0).jobs[0]
+    assert f.control(cmd("drop", "b"), 0.5) == 2
+    r = rows(f, 0.5)["b"]
+    assert (r.queued, r.inflight, r.dropped) == (0, 1, 2)
+    assert f.feedback(feedback_of(job), 0.6)  # its lease is still known
+    r = rows(f, 0.6)["b"]
+    assert (r.queued, r.inflight, r.completed, r.fetched) == (0, 0, 1, 1)
+    assert f.dispatch(10.0).jobs == []
+
+
+def test_a_job_in_flight_at_a_forgetting_drop_leaves_a_resubmitted_url_open() -> None:
+    # (found by this test at 7014243: the old job's result stamped the URL done in the NEW generation,
+    # over the open entry of its new submission, and a recrawl then queued it a second time)
+    f = make()
+    f.ingest(subs("b", "h.test", 1), 0.0)
+    job = f.dispatch(0.0).jobs[0]
+    assert f.control(cmd("drop", "b", forget=True), 0.5) == 0  # nothing queued: its one URL is in flight
+    assert f.ingest([sub(job.item.url, "b")], 0.6) == 1  # forgotten: submitted again, queued again
+    assert f.feedback(feedback_of(job), 0.7)  # then the job of before the drop finishes
+    assert rows(f, 0.7)["b"].queued == 1
+    # the URL is queued: a recrawl must not queue it twice (Submission.recrawl; seen.py: open entries)
+    assert f.ingest([sub(job.item.url, "b", recrawl=True)], 0.8) == 0
+    assert rows(f, 0.8)["b"].queued == 1
+
+
+def test_a_url_in_flight_at_a_forgetting_drop_is_new_when_submitted_after_its_result() -> None:
+    f = make()
+    f.ingest(subs("b", "h.test", 1), 0.0)
+    job = f.dispatch(0.0).jobs[0]
+    f.control(cmd("drop", "b", forget=True), 0.5)
+    assert f.feedback(feedback_of(job), 0.7)
+    assert f.ingest([sub(job.item.url, "b")], 0.8) == 1  # forgotten means: a later submission crawls it again
+    assert f.ingest([sub(job.item.url, "b")], 0.8) == 0
+
+
+@pytest.mark.parametrize("outcome", ["fetched", "retry", "expired", "lost"])
+def test_a_job_in_flight_at_a_drop_does_not_come_back(outcome: str) -> None:
+    kv = MemoryKV()
+    f = make(kv)
+    f.ingest([sub("http://h.test/v", "b", revisit=60, priority=1), *subs("b", "h.test", 2)], 0.0)
+    f.ingest(subs("a", "other.test", 3), 0.0)
+    jobs = f.dispatch(0.0).jobs
+    (job,) = [j for j in jobs if j.item.crawl == "b"]
+    assert job.item.url == "http://h.test/v"  # in flight: b's URL with a revisit
+    assert f.control(cmd("drop", "b"), 0.5) == 2
+    f.save_stats()
+    g = make(kv)  # the drop's memory of b's job in flight survives a rebuild
+    g.rebuild(0.6)
+    assert rows(g, 0.6)["b"].inflight == 1
+    sim = Sim(g, now=0.6)
+    sim.pending.extend((0.7, n, j) for n, j in enumerate(jobs) if j.item.crawl == "a")  # a's answered as usual
+    if outcome == "lost":
+        sim.now = job.expires_at + SETTINGS.fetch_timeout + SETTINGS.lease_grace
+        assert g.expire_leases(sim.now) == 2  # b's and a's: a's comes back, b's does not
+        sim.pending.clear()
+    else:
+        assert g.feedback(feedback_of(job, outcome=outcome), 0.7)
+    later = sim.run(until=5000.0)  # past the revisit's due time too
+    r = rows(g, sim.now)["b"]
+    assert (r.queued, r.inflight, r.revisits) == (0, 0, 0)
+    assert all(j.item.crawl == "a" for j in later) and g.queued() == 0
+    assert next(g.kv.scan(b"V"), None) is None
 
 
 # -- 5. per-host limit --------------------------------------------------------------------------------------
@@ -490,7 +576,7 @@ def test_valid_crawl_commands_pass(kw: dict[str, Any]) -> None:
 # -- 7. per-crawl rows ---------------------------------------------------------------------------------
 def test_crawl_rows_count_queued_inflight_done_and_revisits() -> None:
     f = make()
-    f.ingest([sub("http://h.test/r", "a", revisit=3600, priority=1)] + subs("a", "h.test", 2), 0.0)
+    f.ingest([sub("http://h.test/r", "a", revisit=3600, priority=1), *subs("a", "h.test", 2)], 0.0)
     f.ingest(subs("b", "other.test", 1), 0.0)
     r = rows(f, 0.0)
     assert (r["a"].queued, r["a"].inflight, r["a"].ingested, r["a"].completed) == (3, 0, 3, 0)
@@ -509,13 +595,13 @@ def test_crawl_rows_count_queued_inflight_done_and_revisits() -> None:
     # an error is completed, failed
     job = f.dispatch(1.0).jobs[0]
     f.feedback(feedback_of(job, outcome="error"), 1.2)
-    r = rows(f, 1.2)["a"]
-    assert (r.queued, r.completed, r.fetched, r.failed) == (1, 2, 1, 1)
+    a = rows(f, 1.2)["a"]
+    assert (a.queued, a.completed, a.fetched, a.failed) == (1, 2, 1, 1)
     # the revisit comes due: queued again
     f.dispatch(3600.5)
-    r = rows(f, 3600.5)["a"]
-    assert (r.revisits, r.next_revisit) == (0, None)
-    assert r.queued + r.inflight == 2
+    a = rows(f, 3600.5)["a"]
+    assert (a.revisits, a.next_revisit) == (0, None)
+    assert a.queued + a.inflight == 2
 
 
 def test_crawl_rows_revisits_of_two_crawls() -> None:
@@ -567,15 +653,17 @@ def test_forgetting_a_crawl_survives_a_rebuild() -> None:
     kv = MemoryKV()
     f = make(kv)
     f.ingest(subs("b", "h.test", 2), 0.0)
-    f.control(cmd("drop", "b", forget=True), 0.0)
+    job = f.dispatch(0.0).jobs[0]
+    f.feedback(feedback_of(job), 0.5)  # b0 done, b1 queued
+    assert f.control(cmd("drop", "b", forget=True), 1.0) == 1
     f.save_stats()
     g = make(kv)
-    g.rebuild(1.0)
-    assert g.ingest(subs("b", "h.test", 2), 1.0) == 2  # the new generation's seen set: empty
-    assert g.ingest(subs("b", "h.test", 2), 1.0) == 0
+    g.rebuild(2.0)
+    assert g.ingest(subs("b", "h.test", 2), 2.0) == 2  # the new generation's seen set: empty
+    assert g.ingest(subs("b", "h.test", 2), 2.0) == 0
 
 
-def test_msgspec_round_trip_of_a_crawl_item() -> None:
+def test_a_crawl_item_round_trips_and_the_default_crawl_is_left_out() -> None:
     item = sub("http://h.test/x", "a")
     assert msgspec.json.decode(msgspec.json.encode(item), type=UrlItem) == item
     assert b'"crawl"' not in msgspec.json.encode(parse_input(b"http://h.test/x"))  # default: left out

@@ -6,6 +6,7 @@ import it)."""
 from __future__ import annotations
 
 import time
+import warnings
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, not in __all__
@@ -56,11 +57,14 @@ def create_all(kafka: Connection, topics: Topics, timeout: float = 30.0) -> list
     return created
 
 
-def create_crawl_jobs(kafka: Connection, topics: Topics, crawls: list[str], timeout: float = 30.0) -> list[str]:
+def create_crawl_jobs(
+    kafka: Connection, topics: Topics, crawls: list[str], timeout: float = 30.0, admin: AdminClient | None = None
+) -> list[str]:
     """Create the jobs topics of these crawls that are missing (the limits and retention of
     ``crawl.jobs``: :data:`~topics.catalog.JOBS`, the crawl's partition count); return the names
-    created. Idempotent: several frontier instances and workers may ask at once."""
-    admin = Kafka.of(kafka).admin()
+    created. Idempotent: several frontier instances and workers may ask at once. ``admin``: a
+    client to reuse (a long-lived process keeps one)."""
+    admin = admin if admin is not None else Kafka.of(kafka).admin()
     existing = admin.list_topics(timeout=timeout).topics
     config = {"cleanup.policy": "delete", "max.message.bytes": str(JOBS.max_message_bytes)}
     names = sorted({topics.jobs_of(crawl) for crawl in crawls} - set(existing))
@@ -79,20 +83,21 @@ def create_crawl_jobs(kafka: Connection, topics: Topics, crawls: list[str], time
     return created
 
 
-def group_members(kafka: Connection, groups: list[str], timeout: float = 10.0) -> dict[str, int]:
-    """How many members each consumer group has now (0: none, or no such group); a group the
-    broker did not answer for is left out."""
+def group_members(admin: AdminClient, groups: list[str], timeout: float = 10.0) -> dict[str, int]:
+    """How many members each of these consumer groups has now (0: none, or no such group).
+
+    Through librdkafka's ListGroups + DescribeGroups of every broker (``list_groups``), not the
+    Admin API's ``describe_consumer_groups``: that one aborts the whole process (an assertion in
+    librdkafka's coordinator requests, confluentinc/librdkafka#4605, #5397) when a broker drops
+    the connection meanwhile, which a broker restart does. Raises KafkaException when the
+    brokers do not answer."""
     if not groups:
         return {}
-    admin = Kafka.of(kafka).admin()
-    out: dict[str, int] = {}
-    for group, fut in admin.describe_consumer_groups(groups, request_timeout=timeout).items():
-        try:
-            out[group] = len(fut.result().members)
-        except KafkaException as exc:
-            if "GROUP_ID_NOT_FOUND" in str(exc) or "not found" in str(exc).lower():
-                out[group] = 0
-    return out
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the legacy call is the safe one (above)
+        listed = admin.list_groups(timeout=timeout)
+    members: dict[str, int] = {str(g.id): len(g.members) for g in listed}
+    return {group: members.get(group, 0) for group in groups}
 
 
 class TopicLimitError(RuntimeError):

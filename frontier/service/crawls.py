@@ -14,7 +14,9 @@ from __future__ import annotations
 import logging
 import threading
 
-from frontier.kafka import Connection
+from confluent_kafka.admin import AdminClient
+
+from frontier.kafka import Connection, Kafka
 from topics.admin import create_crawl_jobs, group_members
 from topics.catalog import Topics, workers_group
 from topics.schemas import DEFAULT_CRAWL
@@ -33,6 +35,7 @@ class CrawlDirectory:
         self.crawls: frozenset[str] = frozenset({DEFAULT_CRAWL})  # set by the dispatch loop
         self.workers: dict[str, int] = {}  # crawl → members of its workers' group (its last answer)
         self._made: set[str] = set()  # crawls whose jobs topic exists
+        self._admin: AdminClient | None = None  # one client for the process's life (made by the thread)
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -76,6 +79,8 @@ class CrawlDirectory:
 
     def look(self) -> None:
         """Make the missing jobs topics, then count each crawl's workers (blocking: the thread's)."""
+        if self._admin is None:
+            self._admin = Kafka.of(self.kafka).admin()
         crawls = sorted(self.crawls)
         missing = [c for c in crawls if c != DEFAULT_CRAWL and c not in self._made]
         if missing:
@@ -84,9 +89,9 @@ class CrawlDirectory:
                 log.warning("%d crawls have no jobs topic and this instance makes %d at most: their URLs wait",
                             len(missing) - room, MAX_CRAWL_TOPICS)  # fmt: skip
             made = missing[:room]
-            for name in create_crawl_jobs(self.kafka, self.topics, made):
+            for name in create_crawl_jobs(self.kafka, self.topics, made, admin=self._admin):
                 log.info("created %s", name)
             self._made.update(made)
         groups = {workers_group(self.app_id, c): c for c in crawls}
-        answered = group_members(self.kafka, list(groups))
+        answered = group_members(self._admin, list(groups))
         self.workers = {**self.workers, **{groups[g]: n for g, n in answered.items()}}
