@@ -98,3 +98,18 @@ def test_a_crawl_given_on_the_command_line_goes_with_each_line() -> None:
     own = json.loads(submission_value(b'{"url": "https://a.test/", "crawl": "news"}', crawl="books"))
     assert own["crawl"] == "news", "a JSON line naming its crawl keeps it"
     assert submission_value(b"https://a.test/") == b"https://a.test/", "the default crawl: the line as it is"
+
+
+def test_crawls_served_by_the_broker_s_last_answer_and_as_before_crawls_when_it_is_stale() -> None:
+    from frontier.service import crawls as directory_module
+    from frontier.service.crawls import STALE, CrawlDirectory
+
+    d = CrawlDirectory({}, Topics(), "app")
+    d.know(frozenset({"default", "a", "b"}))
+    assert d.served() == {"default"}, "before any answer: the default crawl only"
+    d._made.update({"a", "b"})
+    d.workers = {"default": 0, "a": 2, "b": 0}
+    d._answered_at = directory_module.time.monotonic()
+    assert d.served() == {"a"}, "the answer: only crawls with a worker"
+    d._answered_at -= STALE + 1
+    assert d.served() == {"default", "a", "b"}, "an answer too old is not trusted: every crawl with a topic"

@@ -6,13 +6,17 @@ leasing jobs nobody takes, whose leases would expire and count as lost attempts.
 A thread of its own asks the broker every :data:`LOOK_EVERY` seconds (admin requests block); the
 dispatch loop hands it the crawls its partitions know and reads its last answer, never waiting.
 Until the broker has answered for a crawl, the default crawl is taken as served (as before
-crawls) and any other as idle.
+crawls) and any other as idle. When the answers stop (a broker down in a cluster makes every
+group listing fail), they are not trusted past :data:`STALE`: every crawl whose jobs topic exists
+is served again, as before crawls (a job nobody takes comes back through its lease), rather than
+held on an answer that may have been given during the failure itself.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from confluent_kafka.admin import AdminClient
 
@@ -24,6 +28,7 @@ from topics.schemas import DEFAULT_CRAWL
 log = logging.getLogger("frontier")
 
 LOOK_EVERY = 2.0  # seconds between two looks at the crawls' topics and groups
+STALE = 15.0  # seconds after which the last answer about the crawls' workers is not trusted
 MAX_CRAWL_TOPICS = 1000  # jobs topics one instance makes, at most (each is a topic of N partitions)
 
 
@@ -35,6 +40,7 @@ class CrawlDirectory:
         self.crawls: frozenset[str] = frozenset({DEFAULT_CRAWL})  # set by the dispatch loop
         self.workers: dict[str, int] = {}  # crawl → members of its workers' group (its last answer)
         self._made: set[str] = set()  # crawls whose jobs topic exists
+        self._answered_at: float | None = None  # monotonic time of the last answer about the groups
         self._admin: AdminClient | None = None  # one client for the process's life (made by the thread)
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -58,7 +64,9 @@ class CrawlDirectory:
 
     def served(self) -> frozenset[str]:
         """The crawls whose jobs a worker would take now (any other crawl waits, a new one too)."""
-        workers, made = self.workers, self._made
+        workers, made, at = self.workers, self._made, self._answered_at
+        if at is not None and time.monotonic() - at > STALE:  # no answer for a while: as before crawls
+            return frozenset(c for c in self.crawls if c == DEFAULT_CRAWL or c in made)
         return frozenset(c for c in self.crawls if self._served(c, workers, made))
 
     @staticmethod
@@ -95,3 +103,4 @@ class CrawlDirectory:
         groups = {workers_group(self.app_id, c): c for c in crawls}
         answered = group_members(self._admin, list(groups))
         self.workers = {**self.workers, **{groups[g]: n for g, n in answered.items()}}
+        self._answered_at = time.monotonic()
