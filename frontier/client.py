@@ -318,6 +318,8 @@ class FrontierClient:
             fresh = bool(statuses) and all(s.at > since for s in statuses)
             if covered == list(range(self.topics.partitions)) and fresh:
                 row = next((r for r in crawl_rows(statuses) if r.crawl == name), None)
+                if row is None and any(s.crawls_cut for s in statuses):
+                    return None, "not in the status snapshots (too many crawls reported)"
                 return row or CrawlStatus(crawl=name), busy(row, time.time(), window)
             if deadline is None or time.monotonic() >= deadline:
                 missing = self.topics.partitions - len(set(covered))

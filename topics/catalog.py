@@ -140,8 +140,9 @@ STATE = TopicSpec(
 STATUS = TopicSpec(
     "crawl.frontier.status", "frontier instance id", "latest status snapshot of each frontier instance",
     compacted=True, internal=True, partitions=1,
-    # 1 MiB: a snapshot holds totals and at most a few hundred scope rows
-    max_message_bytes=MiB, produced_bytes=256 * KiB,
+    # 1 MiB: a snapshot holds totals, at most a few hundred scope rows and 1,000 crawl rows
+    # (topics.schemas.MAX_STATUS_CRAWLS, a few hundred bytes each at most)
+    max_message_bytes=MiB, produced_bytes=768 * KiB,
 )  # fmt: skip
 
 ALL: tuple[TopicSpec, ...] = (URLS, BYDOMAIN, JOBS, FEEDBACK, PAGES, REJECTED, CONTROL, STATE, STATUS)

@@ -261,9 +261,13 @@ class ScopeStatus(msgspec.Struct, kw_only=True):
     cause: str = ""  # why the delay is what it is (its last change), e.g. "limit ≈ 4.80 req/s from 429"
 
 
-class CrawlStatus(msgspec.Struct, kw_only=True):
+MAX_STATUS_CRAWLS = 1000  # crawl rows in one Status at most (the busiest): it must fit its topic
+
+
+class CrawlStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One crawl as one frontier instance sees it (its partitions' part): readers add the
-    instances' rows up (``frontier.observability.status.crawl_rows``)."""
+    instances' rows up (``frontier.observability.crawls.crawl_rows``). Fields at their default
+    are left out, so an instance's snapshot stays small with many crawls."""
 
     crawl: str
     queued: int = 0  # URLs queued
@@ -295,7 +299,8 @@ class Status(msgspec.Struct, kw_only=True):
     scopes: list[ScopeStatus]
     # assigned to the instance but not served (a store that cannot be opened, a fenced writer): why
     unserved: dict[int, str] = msgspec.field(default_factory=dict)
-    crawls: list[CrawlStatus] = msgspec.field(default_factory=list)  # every crawl these partitions know
+    crawls: list[CrawlStatus] = msgspec.field(default_factory=list)  # the crawls these partitions know (busiest first)
+    crawls_cut: int = 0  # crawls left out of ``crawls`` (more than MAX_STATUS_CRAWLS): their counts are not known here
 
 
 T = TypeVar("T", bound=msgspec.Struct)

@@ -33,7 +33,7 @@ from frontier.service.crawls import CrawlDirectory
 from frontier.service.owned import _Owned
 from topics.catalog import Topics
 from topics.partitioning import partition_for
-from topics.schemas import ControlCommand, CrawlStatus, Status, encode
+from topics.schemas import MAX_STATUS_CRAWLS, ControlCommand, CrawlStatus, Status, encode
 
 MAX_GATE_GAUGE = 100_000  # open gates tracked for the gates-active gauge; beyond, it reads this value
 throttle_log = logging.getLogger("frontier.throttle")
@@ -144,8 +144,10 @@ class Reporting:
             self.pages_per_s = max(0.0, (done - mark_done) / elapsed)
             self._rate_mark = (time.monotonic(), done)
         totals["pages_per_s"] = round(self.pages_per_s)
+        crawls = self.crawl_status(now)
         return Status(instance=self.instance, at=now, partitions=sorted(self._owned), totals=totals,
-                      scopes=rows, unserved=dict(self.unserved), crawls=self.crawl_status(now))  # fmt: skip
+                      scopes=rows, unserved=dict(self.unserved), crawls=crawls[:MAX_STATUS_CRAWLS],
+                      crawls_cut=max(0, len(crawls) - MAX_STATUS_CRAWLS))  # fmt: skip
 
     def crawl_status(self, now: float) -> list[CrawlStatus]:
         """Every crawl of the owned partitions, added up over them, with the workers its group has
