@@ -85,12 +85,12 @@ class Crawls(Queues):
         """The queue that takes this turn of ``qid``'s scopes: among the crawls' queues of the
         same scopes that are not held, the highest priority at the head, then the one served
         longest ago (round robin: :meth:`_took_turn` stamps a queue when it sends)."""
-        base = queue_base(qid)
+        live = [q for q in (queue_base(qid), *group) if self._queued.get(q, 0) > 0 and not self._waits(queue_crawl(q))]
+        if len(live) < 2:
+            return qid  # nothing to share (one crawl alone on these scopes): no look at the heads
         best: tuple[int, int] | None = None
         chosen = qid
-        for q in (base, *group):
-            if self._queued.get(q, 0) <= 0 or self._waits(queue_crawl(q)):
-                continue
+        for q in live:
             head = self.kv.first(queue_prefix(q))
             if head is None:
                 continue

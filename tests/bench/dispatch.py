@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, Producer
 from frontier.demo.stack import Stack
 from tests.bench.common import broker, measure_rate, parser, produce_urls, report, size, snapshot, wait_total
 from tests.bench.kafka_ceiling import echo_loop
+from topics.catalog import workers_group
 from topics.partitioning import partition_for
 from topics.schemas import Feedback, FeedbackBatch, Job, decode, encode
 
@@ -26,11 +27,25 @@ FRONTIER = {"robots_obey": False, "status_interval": 0.2, "dispatch_lead": 0.0}
 THROTTLE = {"delay": 0.0, "concurrency": 1, "autothrottle": False}
 
 
+def jobs_consumer(stack: Stack, crawl: str = "default") -> Consumer:
+    """A member of the crawl's workers' group on its jobs topic (a null worker's consumer)."""
+    consumer = Consumer({**stack.client, "group.id": workers_group(stack.app_id, crawl),
+                         "auto.offset.reset": "earliest", "enable.auto.commit": True})  # fmt: skip
+    consumer.subscribe([stack.topics.jobs_of(crawl)])
+    return consumer
+
+
+def answer(job: Job, now: float, partitions: int) -> tuple[int, Feedback]:
+    """A synthetic ``fetched`` result for ``job``, and the feedback partition it goes to."""
+    i = job.item
+    return partition_for(i.domain, partitions), Feedback(
+        lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome="fetched", status=200, latency=0.001,
+        sent_at=now)  # fmt: skip
+
+
 def null_worker(stack: Stack, stop: threading.Event) -> None:
     """Answer every job immediately: one FeedbackBatch per feedback partition per consumed batch."""
-    consumer = Consumer({**stack.client, "group.id": f"{stack.app_id}-workers", "auto.offset.reset": "earliest",
-                         "enable.auto.commit": True})  # fmt: skip
-    consumer.subscribe([stack.topics.jobs])
+    consumer = jobs_consumer(stack)
     producer = Producer({**stack.client, "linger.ms": 2})
     now = time.time()
     while not stop.is_set():
@@ -38,11 +53,8 @@ def null_worker(stack: Stack, stop: threading.Event) -> None:
         for msg in consumer.consume(5000, timeout=0.1):
             if msg.error() is not None:
                 continue
-            job = decode(msg.value() or b"", Job)
-            i = job.item
-            batches[partition_for(i.domain, stack.partitions)].append(Feedback(
-                lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome="fetched", status=200,
-                latency=0.001, sent_at=now))  # fmt: skip
+            p, fb = answer(decode(msg.value() or b"", Job), now, stack.partitions)
+            batches[p].append(fb)
         for p, items in batches.items():
             producer.produce(stack.topics.feedback, encode(FeedbackBatch(items=items)), partition=p)
         producer.poll(0)

@@ -9,7 +9,7 @@ import pytest
 
 
 @pytest.mark.parametrize(
-    "bench", ["kafka_ceiling", "ingest", "dispatch", "memory", "scaleout", "versus_scrapy", "floors"]
+    "bench", ["kafka_ceiling", "ingest", "dispatch", "crawls", "memory", "scaleout", "versus_scrapy", "floors"]
 )
 def test_benchmark_runs(bootstrap: str, bench: str) -> None:
     run = subprocess.run([sys.executable, "-m", f"tests.bench.{bench}", "--smoke", "--bootstrap", bootstrap],
@@ -19,6 +19,9 @@ def test_benchmark_runs(bootstrap: str, bench: str) -> None:
     assert figures and all(f["bench"].startswith(bench) for f in figures)
     numbers = [v for f in figures for v in f.values() if isinstance(v, int | float)]
     assert numbers and all(v >= 0 for v in numbers)
+    if bench == "crawls":  # every job on its own crawl's topic, every URL answered, the status right
+        assert all(f["wrong_crawl_items"] == f["wrong_crawl_urls"] == f["missing"] == f["on_default_topic"] == 0
+                   and not f["status_mismatch"] for f in figures), figures  # fmt: skip
     if bench == "floors":  # gaps under the Crawl-delay, as the sites saw them
         assert all(f["under_crawl_delay"] == 0 and f["requests"] > 0 for f in figures), figures
     if bench == "versus_scrapy":  # politeness is not a speed figure: the sites' own logs must be clean
