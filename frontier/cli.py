@@ -30,7 +30,7 @@ from pathlib import Path
 from frontier.client import FrontierClient, SubmitError, read_lines, submission_value
 from frontier.config import Config, ConfigError, load
 from frontier.kafka import Kafka, KafkaUnreachable
-from topics.schemas import DEFAULT_CRAWL, valid_crawl
+from topics.schemas import DEFAULT_CRAWL, ControlCommand, valid_crawl
 
 __all__ = ["build_parser", "main", "submission_value"]
 
@@ -202,10 +202,15 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_scope(args: argparse.Namespace) -> int:
-    from topics.schemas import ControlCommand
-
     cmd = ControlCommand(action=args.action, scope=args.name.strip().lower(), delay=args.delay,
                          concurrency=args.concurrency)  # fmt: skip
+    return _send(
+        args, cmd, f"{args.action} {cmd.scope} (applied by the instance owning it; see `crawl-frontier status`)"
+    )
+
+
+def _send(args: argparse.Namespace, cmd: ControlCommand, sent: str) -> int:
+    """Validate ``cmd`` (one line and status 2 when it is refused), send it, say ``sent``."""
     try:
         cmd.validate()
     except ValueError as exc:
@@ -213,7 +218,7 @@ def cmd_scope(args: argparse.Namespace) -> int:
         return 2
     with _client(args) as client:
         client.control(cmd)
-    print(f"sent: {args.action} {cmd.scope} (applied by the instance owning it; see `crawl-frontier status`)")
+    print(f"sent: {sent}")
     return 0
 
 
@@ -235,22 +240,12 @@ def cmd_crawls(args: argparse.Namespace) -> int:
 
 
 def cmd_crawl(args: argparse.Namespace) -> int:
-    from topics.schemas import ControlCommand
-
     per_host = args.per_host if args.action == "limit" else None
     if args.action == "limit" and per_host is None:
         print("error: limit needs --per-host N (0 removes the limit)", file=sys.stderr)
         return 2
     cmd = ControlCommand(action=args.action, crawl=args.name, forget=args.forget, per_host=per_host)
-    try:
-        cmd.validate()
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    with _client(args) as client:
-        client.control(cmd)
-    print(f"sent: {args.action} crawl {args.name!r} to every partition (see `crawl-frontier crawls`)")
-    return 0
+    return _send(args, cmd, f"{args.action} crawl {args.name!r} to every partition (see `crawl-frontier crawls`)")
 
 
 def _crawl_name(value: str) -> str:

@@ -45,6 +45,12 @@ def create_all(kafka: Connection, topics: Topics, timeout: float = 30.0) -> list
         }
         partitions = spec.partitions or topics.partitions
         new.append(NewTopic(name, num_partitions=partitions, replication_factor=topics.replication, config=config))
+    return _create(admin, new, timeout)
+
+
+def _create(admin: AdminClient, new: list[NewTopic], timeout: float) -> list[str]:
+    """Create ``new`` topics; return the names created (one made meanwhile by another process is
+    not an error: every creator is idempotent)."""
     created = []
     if new:
         for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
@@ -68,19 +74,9 @@ def create_crawl_jobs(
     existing = admin.list_topics(timeout=timeout).topics
     config = {"cleanup.policy": "delete", "max.message.bytes": str(JOBS.max_message_bytes)}
     names = sorted({topics.jobs_of(crawl) for crawl in crawls} - set(existing))
-    if not names:
-        return []
     new = [NewTopic(n, num_partitions=topics.partitions, replication_factor=topics.replication, config=config)
            for n in names]  # fmt: skip
-    created = []
-    for name, fut in admin.create_topics(new, operation_timeout=timeout).items():
-        try:
-            fut.result()
-            created.append(name)
-        except KafkaException as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                raise
-    return created
+    return _create(admin, new, timeout)
 
 
 def group_members(admin: AdminClient, groups: list[str], timeout: float = 10.0) -> dict[str, int]:

@@ -60,8 +60,12 @@ class Crawls(Queues):
             self.served_crawls = served
             self._hold_changed(now)
 
+    def _held_crawls(self) -> frozenset[str]:
+        """The crawls paused here, or said to have no worker."""
+        return frozenset({name for name, r in self._crawls.items() if r.paused} | self.idle_crawls)
+
     def _hold_changed(self, now: float) -> None:
-        self._held = frozenset({name for name, r in self._crawls.items() if r.paused} | self.idle_crawls)
+        self._held = self._held_crawls()
         for crawl in [c for c in self._parked if not self._waits(c)]:
             for qid in self._parked.pop(crawl):
                 if qid in self._queued:

@@ -224,8 +224,9 @@ class PartitionFrontier(Leases, Visibility):
             self._overrides[override_of(key)] = override_dec.decode(value)
         for key, value in self.kv.scan(CRAWL):
             self._crawls[crawl_of(key)] = crawl_dec.decode(value)
-        self._count_revisits()
-        self._held = frozenset({name for name, r in self._crawls.items() if r.paused} | self.idle_crawls)
+        if not self._crawls:  # a store from before crawls (its revisits never counted), or a new one
+            self._count_revisits()
+        self._held = self._held_crawls()
         head = self.kv.first(REVISIT)
         self._next_revisit = revisit_due_ms(head[0]) / 1000 if head is not None else None
         for key, value in self.kv.scan(LEASE):
@@ -255,8 +256,8 @@ class PartitionFrontier(Leases, Visibility):
                 self._index_queue(qid)
 
     def _count_revisits(self) -> None:
-        """Each crawl's waiting revisits, counted from the store (records written before crawls
-        did not count them)."""
+        """Each crawl's waiting revisits, counted from the store once (records written before
+        crawls did not count them; the crawl records count them from then on)."""
         counts: dict[str, int] = {}
         for _, raw in self.kv.scan(REVISIT):
             crawl = item_dec.decode(raw).crawl if b'"crawl":' in raw else DEFAULT_CRAWL

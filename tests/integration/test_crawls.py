@@ -11,7 +11,10 @@ import signal
 import socket
 import time
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from frontier.client import FrontierClient
 from frontier.demo.sites import SiteFleet
@@ -54,6 +57,26 @@ class CrawlPages:
         self._reader.close()
 
 
+@contextmanager
+def running(
+    bootstrap: str, tmp_path: Path, fleet: SiteFleet, throttle: dict[str, Any]
+) -> Iterator[tuple[Stack, CrawlPages]]:
+    """The fleet started, a stack of 4 partitions with its topics, and the pages collector; all torn
+    down at the end, whatever happens."""
+    fleet.start()
+    stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle=throttle)
+    pages = None
+    try:
+        stack.create_topics()
+        pages = CrawlPages(stack)
+        yield stack, pages
+    finally:
+        if pages is not None:
+            pages.close()
+        stack.stop_all()
+        fleet.stop()
+
+
 def page_hits(fleet: SiteFleet) -> dict[str, int]:
     return {s.host: sum(1 for h in s.hits if h.path != "/robots.txt") for s in fleet.sites}
 
@@ -63,11 +86,8 @@ def worker_name(stack: Stack, name: str) -> str:
 
 
 def test_two_crawls_their_own_workers_one_delay_per_host(bootstrap: str, tmp_path: Path) -> None:
-    fleet = SiteFleet(3, pages=6, latency=0.02, first_octet=110).start()
-    stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle=THROTTLE)
-    pages = None
-    try:
-        stack.create_topics()
+    fleet = SiteFleet(3, pages=6, latency=0.02, first_octet=110)
+    with running(bootstrap, tmp_path, fleet, THROTTLE) as (stack, pages):
         stack.start_frontier()
         for name, crawl in (("a1", "a"), ("a2", "a"), ("b1", "b")):
             stack.start_worker(name, 2, "--crawl", crawl)
@@ -78,7 +98,6 @@ def test_two_crawls_their_own_workers_one_delay_per_host(bootstrap: str, tmp_pat
             client.submit(sorted(urls_b), crawl="b")
             early = client.wait_done("b", timeout=1.0)
             assert not early.done, "b cannot be done a second after its URLs went in"
-            pages = CrawlPages(stack)
             pages.wait_for({"a": urls_a, "b": urls_b}, timeout=120)
             done_a = client.wait_done("a", timeout=60)
             done_b = client.wait_done("b", timeout=60)
@@ -98,19 +117,11 @@ def test_two_crawls_their_own_workers_one_delay_per_host(bootstrap: str, tmp_pat
         assert not politeness_failures(fleet, DELAY, 1), politeness_failures(fleet, DELAY, 1)
         assert rows["a"].completed == len(urls_a) and rows["b"].completed == len(urls_b), rows
         assert rows["a"].queued == rows["b"].queued == 0 and rows["b"].workers == 1, rows
-    finally:
-        if pages is not None:
-            pages.close()
-        stack.stop_all()
-        fleet.stop()
 
 
 def test_drop_one_crawl_and_a_crawl_without_workers_waits(bootstrap: str, tmp_path: Path) -> None:
-    fleet = SiteFleet(2, pages=10, latency=0.02, first_octet=120).start()
-    stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle={**THROTTLE, "delay": 0.5})
-    pages = None
-    try:
-        stack.create_topics()
+    fleet = SiteFleet(2, pages=10, latency=0.02, first_octet=120)
+    with running(bootstrap, tmp_path, fleet, {**THROTTLE, "delay": 0.5}) as (stack, pages):
         stack.start_frontier()
         stack.start_worker("a1", 2, "--crawl", "a")
         stack.start_worker("b1", 2, "--crawl", "b")
@@ -119,7 +130,6 @@ def test_drop_one_crawl_and_a_crawl_without_workers_waits(bootstrap: str, tmp_pa
             client.submit(sorted(urls), crawl="a")
             client.submit(sorted(urls), crawl="b")
             client.submit(sorted(urls), crawl="c")  # no worker for c yet
-            pages = CrawlPages(stack)
 
             def some_of_b() -> bool:
                 pages.poll()
@@ -145,19 +155,11 @@ def test_drop_one_crawl_and_a_crawl_without_workers_waits(bootstrap: str, tmp_pa
         assert len(pages.urls("b")) == b_pages, "nothing of b after its drop"
         assert sorted(p.url for p in pages.by_crawl["c"]) == sorted(urls), "c: every URL once"
         assert not politeness_failures(fleet, 0.5, 1), politeness_failures(fleet, 0.5, 1)
-    finally:
-        if pages is not None:
-            pages.close()
-        stack.stop_all()
-        fleet.stop()
 
 
 def test_frontier_killed_mid_crawl_loses_nothing_of_either_crawl(bootstrap: str, tmp_path: Path) -> None:
-    fleet = SiteFleet(3, pages=8, latency=0.02, first_octet=130).start()
-    stack = Stack(bootstrap, tmp_path / "stack", partitions=4, throttle={**THROTTLE, "delay": 0.3})
-    pages = None
-    try:
-        stack.create_topics()
+    fleet = SiteFleet(3, pages=8, latency=0.02, first_octet=130)
+    with running(bootstrap, tmp_path, fleet, {**THROTTLE, "delay": 0.3}) as (stack, pages):
         stack.start_frontier("f1", own_state=True)
         stack.start_worker("a1", 2, "--crawl", "a")
         stack.start_worker("b1", 2, "--crawl", "b")
@@ -165,7 +167,6 @@ def test_frontier_killed_mid_crawl_loses_nothing_of_either_crawl(bootstrap: str,
         with FrontierClient(stack.config_path) as client:
             client.submit(sorted(urls), crawl="a")
             client.submit(sorted(urls), crawl="b")
-            pages = CrawlPages(stack)
 
             def under_way() -> bool:
                 pages.poll()
@@ -178,8 +179,3 @@ def test_frontier_killed_mid_crawl_loses_nothing_of_either_crawl(bootstrap: str,
             pages.wait_for({"a": urls, "b": urls}, timeout=180)
             print(f"both crawls complete {time.monotonic() - started:.1f} s after the kill")
             assert client.wait_done("a", timeout=60).done and client.wait_done("b", timeout=60).done
-    finally:
-        if pages is not None:
-            pages.close()
-        stack.stop_all()
-        fleet.stop()
