@@ -16,7 +16,7 @@ import aiohttp
 
 from frontier.config import BACKOFF_CODES
 from frontier.core.headers import THROTTLE_HEADERS
-from topics.schemas import NETWORK_ERRORS
+from topics.schemas import NETWORK_ERRORS, Submission
 from workers.safety import BlockedAddress
 
 
@@ -33,6 +33,10 @@ class FetchResult:
     error: str = ""  # error kind when no response was received
     done_at: float = 0.0  # when the response ended (set by the worker once the body is read)
     links: list[str] | None = None  # URLs to follow; None: the same-site links of an HTML body
+    # submissions to publish with the page instead of the redirect target and links (None: those);
+    # an adapter that builds its own requests (Scrapy) gives them here, so they land before the feedback
+    follow_ups: list[Submission] | None = None
+    page: bool = True  # False: publish no page on crawl.pages (the follow-ups and the feedback still go)
 
     @property
     def content_type(self) -> str:

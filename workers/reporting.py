@@ -85,9 +85,13 @@ class Reporting(JobsBase):
             if is_retryable(result, self.backoff_codes(job)) and job.retries_left > 0:
                 await self.publisher.report(self._feedback(leased, result, "retry"))
                 return
-            subs = follow_ups(item, result, self.cfg.worker.max_redirects, self.agent)
+            subs = result.follow_ups
+            if subs is None:
+                subs = follow_ups(item, result, self.cfg.worker.max_redirects, self.agent)
             page, *followed = await asyncio.gather(
-                self.publisher.deliver(self.topics.pages, self._page(leased, result), key=item.url.encode()),
+                self.publisher.deliver(self.topics.pages, self._page(leased, result), key=item.url.encode())
+                if result.page
+                else _nothing(),
                 *(self.publisher.deliver(self.topics.urls, s) for s in subs),
             )
             if page:
@@ -147,3 +151,8 @@ class Reporting(JobsBase):
             await self.publisher.reject(rejected)
         except RuntimeError:
             log.exception("job at %s[%d]@%d: rejection not published", topic, partition, offset)
+
+
+async def _nothing() -> str:
+    """No page to publish (``Outcome.page`` False): nothing went wrong."""
+    return ""

@@ -74,12 +74,16 @@ class HiddenLimitFleet(SiteFleet):
         finally:
             lim.active_log.append((time.time(), site.active - 1))
 
+    def html(self, request: web.Request, private: bool = False) -> str:
+        """The body of a page that is served (the same for every path here; a subclass may vary it)."""
+        return _page(0, private)
+
     # -- behaviours -------------------------------------------------------------------------------
     async def _bucket(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
         """A token bucket that answers a bare 429 above its rate: nothing says how long to wait."""
         await asyncio.sleep(site.latency)
         if take_token(lim, now) is None:
-            return web.Response(text=_page(0), content_type="text/html")
+            return web.Response(text=self.html(request), content_type="text/html")
         return web.Response(status=429)
 
     async def _xratelimit(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
@@ -97,13 +101,13 @@ class HiddenLimitFleet(SiteFleet):
             lim.blocked_until = max(lim.blocked_until, reset)
         if lim.window_count > lim.quota:
             return web.Response(status=429, headers=headers)
-        return web.Response(text=_page(0), content_type="text/html", headers=headers)
+        return web.Response(text=self.html(request), content_type="text/html", headers=headers)
 
     async def _retry_after_seconds(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
         await asyncio.sleep(site.latency)
         wait = take_token(lim, now)
         if wait is None:
-            return web.Response(text=_page(0), content_type="text/html")
+            return web.Response(text=self.html(request), content_type="text/html")
         seconds = max(1, math.ceil(wait))
         lim.blocked_until = max(lim.blocked_until, now + seconds)
         return web.Response(status=429, headers={"Retry-After": str(seconds)})
@@ -112,7 +116,7 @@ class HiddenLimitFleet(SiteFleet):
         await asyncio.sleep(site.latency)
         wait = take_token(lim, now)
         if wait is None:
-            return web.Response(text=_page(0), content_type="text/html")
+            return web.Response(text=self.html(request), content_type="text/html")
         until = math.ceil(now + max(wait, 1.0))
         lim.blocked_until = max(lim.blocked_until, float(until))
         return web.Response(status=429, headers={"Retry-After": formatdate(until, usegmt=True)})
@@ -132,25 +136,25 @@ class HiddenLimitFleet(SiteFleet):
             lim.blocked_until = max(lim.blocked_until, reset)
         if lim.window_count > lim.quota:
             return web.Response(status=429, headers=headers)
-        return web.Response(text=_page(0), content_type="text/html", headers=headers)
+        return web.Response(text=self.html(request), content_type="text/html", headers=headers)
 
     async def _robots(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
         await asyncio.sleep(site.latency)
         if request.path.startswith("/private"):
             lim.disallowed_fetched.append(request.path)
-        return web.Response(text=_page(0, private=True), content_type="text/html")
+        return web.Response(text=self.html(request, private=True), content_type="text/html")
 
     async def _outage(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
         await asyncio.sleep(site.latency)
         start, end = lim.outage
         if lim.first_page + start <= now < lim.first_page + end:
             return web.Response(status=503)
-        return web.Response(text=_page(0), content_type="text/html")
+        return web.Response(text=self.html(request), content_type="text/html")
 
     async def _latency(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
         # the more requests in progress, the slower each one: 0.1 s alone, +0.15 s per extra
         await asyncio.sleep(0.1 + 0.15 * (site.active - 1))
-        return web.Response(text=_page(0), content_type="text/html")
+        return web.Response(text=self.html(request), content_type="text/html")
 
     async def _daily_quota(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
         """Seed 003: past the quota, answer 429 to 50 %, then 75 %, then 100 % of requests."""
@@ -162,7 +166,7 @@ class HiddenLimitFleet(SiteFleet):
         refuse = (n > 2 * q) or (n > 1.5 * q and n % 4 != 0) or (n > q and n % 2 == 0)
         if refuse:
             return web.Response(status=429)
-        return web.Response(text=_page(0), content_type="text/html")
+        return web.Response(text=self.html(request), content_type="text/html")
 
 
 def mean_concurrency(lim: Limits, start: float, end: float) -> float:

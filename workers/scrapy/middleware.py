@@ -1,0 +1,136 @@
+"""The add-on's two middlewares.
+
+:class:`FrontierDownloaderMiddleware` sits next to the downloader (it sees the raw answer before
+any other middleware): for a job's request it records the outcome (status, headers, Scrapy's
+``download_latency``, the time), tells the worker API at once that the request went out and what it
+answered (a window the host announces closes its gate now, for every job of the host in this
+process), and for a throttling answer the frontier will retry (a backoff code or a network error,
+with retries left) reports the job at once and ends its way through Scrapy: the frontier's backoff
+retries it, never Scrapy's immediate RetryMiddleware, and the spider never sees the 429.
+
+:class:`FrontierSpiderMiddleware` sits next to the engine (it sees a callback's output last): it
+refuses a request that cannot go to the frontier (the error names the key) and tags every request
+with the job of the response it came from, so the scheduler publishes it with that job's report.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from scrapy import Request
+from scrapy.http import Response
+
+from topics.schemas import NETWORK_ERRORS
+from workers.leased import Outcome
+from workers.scrapy.requests import HANDED_BACK, JOB_KEY, PARENT_KEY, check_request
+from workers.scrapy.scheduler import Entry, scheduler_of
+
+if TYPE_CHECKING:
+    from scrapy.crawler import Crawler
+
+# exception class names (any in the class's MRO) -> the protocol's network error kinds
+ERROR_KINDS = {
+    "timeout": ("DownloadTimeoutError", "TimeoutError", "TCPTimedOutError", "UserTimeoutError"),
+    "connect": ("DownloadConnectionRefusedError", "CannotResolveHostError", "DNSLookupError", "ConnectionRefusedError",
+                "ConnectError", "TunnelError", "NoRouteError"),
+    "reset": ("ConnectionDone", "ConnectionLost", "ResponseNeverReceived", "ResponseFailed", "DownloadFailedError"),
+    "truncated": ("ResponseDataLossError", "_DataLoss", "PartialDownloadError"),
+}  # fmt: skip
+
+
+def error_kind(exc: BaseException) -> str:
+    """The protocol's error kind of a download failure (``scrapy:<Name>`` when it is not a network one)."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    for kind, known in ERROR_KINDS.items():
+        if names.intersection(known):
+            return kind
+    return f"scrapy:{type(exc).__name__}"
+
+
+def response_headers(response: Response) -> dict[str, str]:
+    return {
+        k.decode("latin-1").lower(): ", ".join(v.decode("latin-1") for v in vs) for k, vs in response.headers.items()
+    }
+
+
+class FrontierDownloaderMiddleware:
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FrontierDownloaderMiddleware:
+        return cls(crawler)
+
+    def _entry(self, request: Request) -> Entry | None:
+        run = scheduler_of(self.crawler)
+        return run.entry_of(request) if run is not None else None
+
+    def process_response(self, request: Request, response: Response, spider: Any = None) -> Request | Response:
+        entry = self._entry(request)
+        if entry is None:
+            return response  # not a job (an extension's own download)
+        run = scheduler_of(self.crawler)
+        assert run is not None
+        now = time.time()
+        headers = response_headers(response)
+        latency = float(request.meta.get("download_latency") or 0.0)
+        leased = entry.leased
+        leased.sent(now)  # surely out by now: the host's next job may go once its gap has passed
+        leased.answered(response.status, headers)
+        outcome = Outcome(status=response.status, headers=headers, body=response.body if run.pages else b"",
+                          sent_at=now, latency=latency, done_at=now, links=[])  # fmt: skip
+        if response.status in run.jobs.backoff_codes(leased.job) and leased.job.retries_left > 0:  # type: ignore[union-attr]
+            run.conclude_now(entry, outcome)
+            return request.replace(meta={**request.meta, HANDED_BACK: True})
+        entry.outcome = outcome
+        return response
+
+    def process_exception(self, request: Request, exception: BaseException, spider: Any = None) -> Request | None:
+        entry = self._entry(request)
+        if entry is None:
+            return None
+        run = scheduler_of(self.crawler)
+        assert run is not None
+        kind = error_kind(exception)
+        outcome = Outcome(error=kind, done_at=time.time(), links=[])
+        if kind in NETWORK_ERRORS and entry.leased.job.retries_left > 0:
+            run.conclude_now(entry, outcome)
+            return request.replace(meta={**request.meta, HANDED_BACK: True})
+        entry.outcome = outcome  # the request's errback (or Scrapy's log) has it; reported once it is through
+        return None
+
+
+class FrontierSpiderMiddleware:
+    def __init__(self, crawler: Crawler) -> None:
+        self.crawler = crawler
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> FrontierSpiderMiddleware:
+        return cls(crawler)
+
+    @staticmethod
+    def _tag(response: Response, item: Any) -> Any:
+        if isinstance(item, Request):
+            check_request(item)  # refused here, at yield time, with the key named
+            parent = response.meta.get(JOB_KEY) if response.request is not None else None
+            if parent is not None and JOB_KEY not in item.meta:
+                item.meta[PARENT_KEY] = parent
+        return item
+
+    def process_spider_output(self, response: Response, result: Iterable[Any], spider: Any = None) -> Iterator[Any]:
+        for item in result:
+            yield self._tag(response, item)
+
+    async def process_spider_output_async(
+        self, response: Response, result: AsyncIterator[Any], spider: Any = None
+    ) -> AsyncIterator[Any]:
+        async for item in result:
+            yield self._tag(response, item)
+
+    async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for item in start:
+            if isinstance(item, Request):
+                check_request(item)
+            yield item
