@@ -13,7 +13,7 @@ if ! command -v chromium >/dev/null 2>&1; then
 fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
-.venv/bin/pip install -q -e '.[test,bench]'
+.venv/bin/pip install -q -e '.[test,bench,scrapy]'
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

@@ -84,6 +84,15 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "frontier.observability.metrics",
         "topics",
     ),
+    # the Scrapy add-on: a worker like any other, which also asks the frontier when its crawl is done
+    "workers.scrapy": (
+        "workers",
+        "frontier.core",
+        "frontier.config",
+        "frontier.kafka",
+        "frontier.client",
+        "topics",
+    ),
     "deploy": ("deploy",),
 }
 

@@ -69,6 +69,9 @@ class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True, omit
     recrawl: bool = False  # queue it even if it was seen before (not twice while it is queued or in flight)
     forget: bool = False  # remove it from the seen set instead of queueing it
     crawl: str = DEFAULT_CRAWL  # the crawl it belongs to: its seen set, its workers, its pages (version 3)
+    # the User-Agent its requests send (a Scrapy spider's): robots.txt is matched with its product
+    # token, Disallow and Crawl-delay alike; "" the frontier's own (``worker.user_agent``) (version 3)
+    agent: str = ""
 
 
 class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -99,6 +102,7 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     # instead of ``domain``, and the scope ``ip:<address>``; empty otherwise (and in older records)
     ip: str = ""
     crawl: str = DEFAULT_CRAWL  # the crawl it belongs to (version 3; left out for the default crawl)
+    agent: str = ""  # the robots.txt product token its requests match ("" the frontier's own; version 3)
 
 
 class UrlBatch(msgspec.Struct, kw_only=True):

@@ -54,7 +54,7 @@ def redirect(item: UrlItem, r: FetchResult, max_redirects: int) -> Submission | 
         return None
     return Submission(url=target, priority=item.priority, meta=item.meta, follow=item.follow, scopes=item.scopes,
                       redirects=item.redirects + 1, cost=item.cost, autothrottle=item.adjust,
-                      revisit=item.revisit, crawl=item.crawl)  # fmt: skip
+                      revisit=item.revisit, crawl=item.crawl, agent=item.agent)  # fmt: skip
 
 
 def links(item: UrlItem, r: FetchResult, agent: str) -> list[Submission]:
@@ -65,7 +65,7 @@ def links(item: UrlItem, r: FetchResult, agent: str) -> list[Submission]:
     if r.links is not None:
         given = (absolute_location(item.url, link) for link in r.links)
         return [Submission(url=url, priority=item.priority, meta=item.meta, follow=item.follow - 1, scopes=item.scopes,
-                           crawl=item.crawl)
+                           crawl=item.crawl, agent=item.agent)
                 for url in dict.fromkeys(given) if url]  # fmt: skip
     if r.status != 200 or "html" not in r.content_type:
         return []
@@ -73,7 +73,7 @@ def links(item: UrlItem, r: FetchResult, agent: str) -> list[Submission]:
         return []
     found = same_site_links(item.url, decode_html(r.body, r.content_type), agent)
     return [Submission(url=link, priority=item.priority, meta=item.meta, follow=item.follow - 1, scopes=item.scopes,
-                       crawl=item.crawl)
+                       crawl=item.crawl, agent=item.agent)
             for link in found]  # fmt: skip
 
 

@@ -70,22 +70,25 @@ class Rules:
         except Exception:  # noqa: BLE001 - an unparseable file is treated as no rules
             return None
 
-    def allowed(self, url: str) -> bool:
+    def allowed(self, url: str, agent: str = "") -> bool:
+        """Whether ``agent`` (a product token; "" the frontier's own) may fetch ``url``."""
         if self.unavailable:
             return False
         parser = self._parser
-        return True if parser is None else bool(parser.can_fetch(url, self.user_agent))
+        return True if parser is None else bool(parser.can_fetch(url, agent or self.user_agent))
 
-    def delay(self) -> float:
-        """The interval robots.txt asks for (Crawl-delay, or Request-rate's seconds/requests); 0: none."""
+    def delay(self, agent: str = "") -> float:
+        """The interval robots.txt asks ``agent`` for (Crawl-delay, or Request-rate's
+        seconds/requests); 0: none."""
         parser = self._parser
         if parser is None:
             return 0.0
+        agent = agent or self.user_agent
         delays = [0.0]
-        cd = parser.crawl_delay(self.user_agent)
+        cd = parser.crawl_delay(agent)
         if cd is not None and isinstance(cd, int | float) and math.isfinite(cd) and cd > 0:
             delays.append(float(cd))
-        rr = parser.request_rate(self.user_agent)
+        rr = parser.request_rate(agent)
         if rr is not None and rr.requests and rr.requests > 0 and rr.seconds and rr.seconds > 0:
             delays.append(rr.seconds / rr.requests)
         return max(delays)

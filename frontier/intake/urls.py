@@ -40,6 +40,7 @@ import msgspec
 import tldextract
 from w3lib.url import canonicalize_url, safe_url_string
 
+from frontier.core.robots import agent_token
 from topics.schemas import DEFAULT_CRAWL, Submission, UrlItem, valid_crawl
 
 MAX_URL_LENGTH = 2048
@@ -274,6 +275,7 @@ def item_from_submission(sub: Submission) -> UrlItem:
         crawl = valid_crawl(sub.crawl)
     except ValueError as exc:
         raise Rejection(str(exc)) from None
+    agent = robots_agent(sub.agent)
     return UrlItem(
         url=given,
         canonical="" if canonical == given else canonical,
@@ -290,7 +292,20 @@ def item_from_submission(sub: Submission) -> UrlItem:
         recrawl=sub.recrawl,
         forget=sub.forget,
         crawl=crawl,
+        agent=agent,
     )
+
+
+MAX_AGENT_CHARS = 512
+
+
+def robots_agent(user_agent: str) -> str:
+    """The robots.txt product token of a submission's User-Agent ("" stays ""), or :class:`Rejection`."""
+    if not user_agent:
+        return ""
+    if len(user_agent) > MAX_AGENT_CHARS or any(ord(c) < 32 or ord(c) == 127 for c in user_agent):
+        raise Rejection(f"invalid agent: at most {MAX_AGENT_CHARS} characters, no control characters")
+    return agent_token(user_agent)
 
 
 def parse_input(raw: bytes | None) -> UrlItem:

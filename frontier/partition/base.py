@@ -44,6 +44,9 @@ class PartitionBase:
         self._multi: dict[str, set[QueueId]] = {}
         self._robots_pending: set[str] = set()  # origins whose robots.txt is being fetched
         self._rules: OrderedDict[str, Rules] = OrderedDict()  # origin → rules (LRU over R<origin>)
+        # origin → the agents (other than the frontier's own) whose Crawl-delay was applied since
+        # its rules were stored (memory only: after a restart, applied again at the next dispatch)
+        self._agent_delays: dict[str, set[str]] = {}
         self._unreported: list[str] = []  # report leases whose page is not out yet
         self.inflight = 0
         self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see Queues._qkey

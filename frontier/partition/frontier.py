@@ -143,7 +143,9 @@ class PartitionFrontier(Leases, Visibility):
             if rules.unavailable and not self._robots_given_up(rules):
                 self._scheduler.schedule(qid, self._robots_due(rules))
                 return
-            if rules.unavailable or not rules.allowed(item.url):
+            if item.agent and not rules.unavailable:
+                self._agent_delay(site, item.host, rules, item.agent, now)
+            if rules.unavailable or not rules.allowed(item.url, item.agent):
                 if rules.unavailable:
                     rec = rules.record
                     error = f"robots.txt unreachable for {_duration(now - rec.failing_since)}"

@@ -77,8 +77,22 @@ class Robots(Scopes):
         self._rules[site] = rules
         self._rules.move_to_end(site)
         self.stats.robots_fetched += 1
+        self._agent_delays.pop(site, None)
         if not rules.unavailable and not record.redirect:
             self._apply(host, policy.Robots(rules.delay()), now)
+
+    def _agent_delay(self, site: str, host: str, rules: Rules, agent: str, now: float) -> None:
+        """The Crawl-delay robots.txt asks of a URL's own agent (a Scrapy spider's User-Agent), when
+        longer than the frontier's own: the host's robots delay becomes it (one politeness for every
+        crawl of the host: the strictest agent's). Once per origin and agent until the rules change."""
+        if not agent or agent in self._agent_delays.get(site, ()):
+            return
+        if len(self._agent_delays) >= ROBOTS_CACHE:
+            self._agent_delays.clear()
+        self._agent_delays.setdefault(site, set()).add(agent)
+        delay = rules.delay(agent)
+        if delay > rules.delay():
+            self._apply(host, policy.Robots(delay), now)
 
     def _robots_record(self, site: str) -> RobotsRecord | None:
         rules = self._rules.get(site)

@@ -2,7 +2,9 @@
 pages ``/catalogue/page-N.html`` (each with ``BOOKS`` links to book pages and a link to the next
 catalogue page) and book pages ``/catalogue/book-N-K.html`` (a title and a price), so a spider with
 two callbacks crawls them. The robots site's catalogue also links to ``/private/`` books, which its
-robots.txt disallows."""
+robots.txt disallows, with its Crawl-delay, to the example project's agent only (``bookshop-bot``):
+every other agent may fetch anything at any pace, so only a crawler that matches robots.txt with
+the spider's own User-Agent is polite there."""
 
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ class BookshopFleet(HiddenLimitFleet):
     def __init__(self, limits: list[Limits], pages: int, first_octet: int = 151) -> None:
         super().__init__(limits, first_octet=first_octet)
         self.catalogue_pages = pages
+
+    def robots_txt(self, lim: Limits) -> str:
+        return (f"User-agent: bookshop-bot\nCrawl-delay: {lim.crawl_delay}\nDisallow: /private\n\n"
+                "User-agent: *\nDisallow:\n")  # fmt: skip
 
     def html(self, request: web.Request, private: bool = False) -> str:
         path = request.path

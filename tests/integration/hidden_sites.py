@@ -64,8 +64,7 @@ class HiddenLimitFleet(SiteFleet):
             lim.gate_violations.append(now - lim.blocked_until)
         if request.path == "/robots.txt":
             if lim.kind == "robots":
-                body = f"User-agent: *\nCrawl-delay: {lim.crawl_delay}\nDisallow: /private\n"
-                return web.Response(text=body)
+                return web.Response(text=self.robots_txt(lim))
             return web.Response(status=404)
         if not lim.first_page:
             lim.first_page = now
@@ -73,6 +72,10 @@ class HiddenLimitFleet(SiteFleet):
             return await getattr(self, f"_{lim.kind}")(site, lim, request, now)
         finally:
             lim.active_log.append((time.time(), site.active - 1))
+
+    def robots_txt(self, lim: Limits) -> str:
+        """The robots site's robots.txt (a subclass may address its rules to one agent)."""
+        return f"User-agent: *\nCrawl-delay: {lim.crawl_delay}\nDisallow: /private\n"
 
     def html(self, request: web.Request, private: bool = False) -> str:
         """The body of a page that is served (the same for every path here; a subclass may vary it)."""

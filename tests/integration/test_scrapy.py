@@ -9,22 +9,18 @@ A process killed with SIGKILL mid-crawl loses nothing."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
-
-import pytest
 
 from frontier.demo.stack import Stack, wait_until
 from tests.integration.bookshop_sites import BookshopFleet
 from tests.integration.hidden_sites import Limits
-
-pytest.importorskip("scrapy", reason="the Scrapy extra: pip install -e '.[scrapy]'")
 
 PROJECT = Path(__file__).resolve().parents[2] / "workers" / "examples" / "scrapy_books"
 PROCESSES = 3
@@ -52,7 +48,7 @@ class Spiders:
         self.starts = ",".join(fleet.start_url(h) for h in fleet.limits)
 
     def start(self, name: str) -> None:
-        log = open(self.workdir / f"{name}.log", "ab")  # noqa: SIM115 - the child owns it
+        log = open(self.workdir / f"{name}.log", "ab")
         cmd = [sys.executable, "-m", "scrapy", "crawl", "books", "-a", f"start_urls={self.starts}",
                "-s", f"BOOKSHOP_ITEMS={self.workdir / f'{name}.jsonl'}",
                "-s", f"CRAWL_FRONTIER_CONFIG={self.stack.config_path}", "-s", "LOG_LEVEL=INFO"]  # fmt: skip
@@ -89,7 +85,7 @@ def politeness(fleet: BookshopFleet) -> list[str]:
             failures.append(f"{lim.kind}: fetched what robots.txt disallows: {lim.disallowed_fetched[:3]}")
         if lim.crawl_delay:
             starts = sorted(h.start for h in site.hits if h.path != "/robots.txt")
-            short = [b - a for a, b in zip(starts, starts[1:], strict=False) if b - a < lim.crawl_delay - 0.005]
+            short = [b - a for a, b in itertools.pairwise(starts) if b - a < lim.crawl_delay - 0.005]
             if short:
                 failures.append(f"{lim.kind}: {len(short)} gaps under its Crawl-delay {lim.crawl_delay}: {short[:3]}")
     return failures

@@ -51,8 +51,10 @@ class FrontierAddon:
             raise SystemExit(f"crawl-frontier: TWISTED_REACTOR is {reactor!r}; the frontier add-on runs on "
                              f"{ASYNCIO_REACTOR!r} (set that, or remove the setting)")  # fmt: skip
         scheduler = settings.get("SCHEDULER")
-        if scheduler and scheduler not in ("scrapy.core.scheduler.Scheduler", SCHEDULER) and not isinstance(
-            scheduler, type
+        if (
+            scheduler
+            and scheduler not in ("scrapy.core.scheduler.Scheduler", SCHEDULER)
+            and not isinstance(scheduler, type)
         ):
             raise SystemExit(f"crawl-frontier: SCHEDULER is {scheduler!r}; the frontier add-on brings its own "
                              "scheduler (remove the setting)")  # fmt: skip

@@ -16,7 +16,6 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-import msgspec
 from scrapy import Request, Spider
 from scrapy.utils.request import request_from_dict
 
@@ -31,8 +30,6 @@ OURS = frozenset({JOB_KEY, PARENT_KEY, HANDED_BACK})
 TRANSIENT = frozenset({"download_latency", "download_slot", "_auth_proxy", "_scheme_proxy", "_dont_cache",
                        "cache_timestamp"})  # fmt: skip
 
-_json = msgspec.json.Encoder()
-
 
 class UnencodableRequest(ValueError):
     """A request whose meta, cookies or ``cb_kwargs`` cannot be sent to the frontier."""
@@ -44,13 +41,33 @@ def _check(url: str, what: str, values: Any) -> None:
         return
     items = values.items() if isinstance(values, dict) else enumerate(values)
     for key, value in items:
-        try:
-            _json.encode(value)
-        except (TypeError, ValueError, OverflowError) as exc:
+        problem = _not_json(value)
+        if problem:
             raise UnencodableRequest(
-                f"request {url}: {what} key {key!r} cannot be sent to the frontier "
-                f"({type(value).__name__}: {exc}); give it JSON values (str, number, bool, list, dict)"
-            ) from None
+                f"request {url}: {what} key {key!r} cannot be sent to the frontier ({problem}); "
+                "give it JSON values (str, number, bool, None, list, dict with str keys)"
+            )
+
+
+def _not_json(value: Any, depth: int = 0) -> str:
+    """Why ``value`` would not come back from JSON as it is ("" when it would; a tuple comes back
+    as a list, as Scrapy's own disk queues give it)."""
+    if value is None or isinstance(value, str | bool | int):
+        return ""
+    if isinstance(value, float):
+        return "" if value == value and abs(value) != float("inf") else f"{value!r} is not a JSON number"
+    if depth > 32:
+        return "nested too deep"
+    if isinstance(value, list | tuple):
+        return next((p for p in (_not_json(v, depth + 1) for v in value) if p), "")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"a dict key {k!r} that is not a str"
+            if p := _not_json(v, depth + 1):
+                return p
+        return ""
+    return f"a {type(value).__name__}"
 
 
 def sendable_meta(meta: dict[str, Any]) -> dict[str, Any]:
@@ -64,8 +81,9 @@ def check_request(request: Request) -> None:
     _check(request.url, "cookies", request.cookies)
 
 
-def to_submission(request: Request, spider: Spider | None, crawl: str) -> Submission:
-    """The submission that queues ``request`` in ``crawl`` (raises :class:`UnencodableRequest`)."""
+def to_submission(request: Request, spider: Spider | None, crawl: str, agent: str = "") -> Submission:
+    """The submission that queues ``request`` in ``crawl``, robots.txt matched for ``agent`` (the
+    spider's User-Agent) (raises :class:`UnencodableRequest`)."""
     check_request(request)
     try:
         d = request.to_dict(spider=spider)
@@ -80,7 +98,7 @@ def to_submission(request: Request, spider: Spider | None, crawl: str) -> Submis
     plain = request.method == "GET" and not body
     redirects = int(request.meta.get("redirect_times", 0) or 0)
     return Submission(url=request.url, priority=request.priority, meta={SCRAPY_META: d}, crawl=crawl,
-                      recrawl=request.dont_filter or not plain, redirects=redirects)  # fmt: skip
+                      recrawl=request.dont_filter or not plain, redirects=redirects, agent=agent)  # fmt: skip
 
 
 def to_request(job: Job, spider: Spider) -> Request:

@@ -92,6 +92,7 @@ class FrontierScheduler:
         self.pages = self.settings.getbool("CRAWL_FRONTIER_PAGES", False)
         self.concurrency = self.settings.getint("CONCURRENT_REQUESTS", 16)
         self.spider: Spider | None = None
+        self.agent = ""  # the User-Agent its requests send: robots.txt is matched with it
         self.jobs: Jobs | None = None
         self.ready: deque[Entry] = deque()
         self.active: dict[str, Entry] = {}  # by lease
@@ -112,7 +113,7 @@ class FrontierScheduler:
 
     async def _open(self, spider: Spider) -> None:
         self.spider = spider
-        agent = user_agent(spider, self.settings)
+        self.agent = agent = user_agent(spider, self.settings)
         cfg = replace(self.cfg, worker=replace(self.cfg.worker, user_agent=agent, concurrency=self.concurrency))
         self.cfg = cfg
         name = f"scrapy:{spider.name}@{socket.gethostname()}-{os.getpid()}"
@@ -166,10 +167,10 @@ class FrontierScheduler:
             return True  # the end of a job the frontier retries (see the downloader middleware)
         lease = meta.get(PARENT_KEY) or meta.get(JOB_KEY)
         try:
-            sub = to_submission(request, self.spider, self.crawl)
+            sub = to_submission(request, self.spider, self.crawl, self.agent)
         except UnencodableRequest as exc:
             log.error("%s", exc)
-            self.crawler.stats.inc_value("frontier/unencodable")  # type: ignore[union-attr]
+            self.crawler.stats.inc_value("frontier/unencodable")
             return False  # request_dropped: Scrapy says so too
         if self.watch is not None:
             self.watch.touch()

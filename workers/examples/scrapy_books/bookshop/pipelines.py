@@ -16,7 +16,7 @@ class JsonLinesPipeline:
         return cls(crawler.settings.get("BOOKSHOP_ITEMS", "items.jsonl"))
 
     def open_spider(self, spider: Any = None) -> None:
-        self.out = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close_spider
+        self.out = open(self.path, "a", encoding="utf-8")
 
     def close_spider(self, spider: Any = None) -> None:
         if self.out is not None:
