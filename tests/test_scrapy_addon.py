@@ -5,7 +5,11 @@ error kinds of download failures, the spider middleware's tags, and when a spide
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
 from scrapy import FormRequest, Request, Spider
@@ -131,8 +135,22 @@ def test_the_addon_takes_over_what_the_frontier_does_and_says_so(caplog: pytest.
      ("SCHEDULER", "scrapy_redis.scheduler.Scheduler")],
 )  # fmt: skip
 def test_the_addon_refuses_what_it_cannot_honour_naming_the_setting(name: str, value: str) -> None:
-    with pytest.raises(SystemExit, match=name):
+    with pytest.raises(SystemExit, match=name):  # the project's settings, before any crawler
+        FrontierAddon.update_pre_crawler_settings(project_settings(**{name: value}))
+    with pytest.raises(SystemExit, match=name):  # a spider's custom_settings
         FrontierAddon().update_settings(project_settings(**{name: value}))
+
+
+def test_scrapy_crawl_refuses_with_one_line_naming_the_setting() -> None:
+    """As a user runs it: ``scrapy crawl`` of the example project ends at once, exit 1, one line."""
+    project = Path(__file__).resolve().parent.parent / "workers" / "examples" / "scrapy_books"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(project), os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "books", "-s",
+                          "TWISTED_REACTOR=twisted.internet.epollreactor.EPollReactor"],
+                         cwd=project, env=env, capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+    assert run.returncode == 1, run.stderr[-2000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("crawl-frontier: TWISTED_REACTOR is") and "Traceback" not in run.stderr, run.stderr
 
 
 def test_download_failures_get_the_protocols_error_kinds() -> None:

@@ -18,6 +18,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
+from frontier.client import FrontierClient
 from frontier.demo.stack import Stack, wait_until
 from tests.integration.bookshop_sites import BookshopFleet
 from tests.integration.hidden_sites import Limits
@@ -101,6 +102,16 @@ def run_crawl(bootstrap: str, tmp_path: Path, kill_after: int = 0) -> tuple[Book
         for i in range(PROCESSES):
             spiders.start(f"spider{i}")
         expected = set().union(*(fleet.expected_books(h) for h in fleet.limits))
+        if not kill_after:  # status shows the Scrapy processes as the crawl's workers
+            client = FrontierClient(stack.config_path, crawl="books")
+
+            def three_workers() -> bool:
+                row = client.crawl()
+                workers[:] = [row.workers if row is not None else -1]
+                return workers[0] == PROCESSES
+
+            workers: list[int] = []
+            wait_until(three_workers, timeout=60, interval=0.5, what=f"status to show {PROCESSES} workers")
         if kill_after:
             wait_until(lambda: len(spiders.items()) >= kill_after, timeout=180, interval=0.2,
                        what=f"{kill_after} items before the kill")  # fmt: skip

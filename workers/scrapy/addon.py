@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from scrapy.exceptions import NotConfigured
 from scrapy.settings import BaseSettings
 
 log = logging.getLogger("workers.scrapy")
@@ -31,8 +30,21 @@ ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
 PRIORITY = "cmdline"  # above the project's and the spider's own settings: what is taken over stays so
 
 
-class FrontierRefused(NotConfigured):
-    """A setting the add-on cannot honour (the message names it)."""
+def refusal(settings: BaseSettings) -> str:
+    """What the add-on cannot honour in these settings, as the one line it says ("" when nothing)."""
+    reactor = settings.get("TWISTED_REACTOR")
+    if reactor and reactor != ASYNCIO_REACTOR:
+        return (f"crawl-frontier: TWISTED_REACTOR is {reactor!r}; the frontier add-on runs on "
+                f"{ASYNCIO_REACTOR!r} (set that, or remove the setting)")  # fmt: skip
+    scheduler = settings.get("SCHEDULER")
+    if (
+        scheduler
+        and not isinstance(scheduler, type)
+        and scheduler not in ("scrapy.core.scheduler.Scheduler", SCHEDULER)
+    ):
+        return (f"crawl-frontier: SCHEDULER is {scheduler!r}; the frontier add-on brings its own scheduler "
+                "(remove the setting)")  # fmt: skip
+    return ""
 
 
 class FrontierAddon:
@@ -45,19 +57,16 @@ class FrontierAddon:
     def from_crawler(cls, crawler: Any) -> FrontierAddon:
         return cls(crawler)
 
+    @classmethod
+    def update_pre_crawler_settings(cls, settings: BaseSettings) -> None:
+        """Before any crawler (and the reactor) exists: refuse the project's settings here, so the
+        process ends with the one line and no traceback."""
+        if problem := refusal(settings):
+            raise SystemExit(problem)
+
     def update_settings(self, settings: BaseSettings) -> None:
-        reactor = settings.get("TWISTED_REACTOR")
-        if reactor and reactor != ASYNCIO_REACTOR:
-            raise SystemExit(f"crawl-frontier: TWISTED_REACTOR is {reactor!r}; the frontier add-on runs on "
-                             f"{ASYNCIO_REACTOR!r} (set that, or remove the setting)")  # fmt: skip
-        scheduler = settings.get("SCHEDULER")
-        if (
-            scheduler
-            and scheduler not in ("scrapy.core.scheduler.Scheduler", SCHEDULER)
-            and not isinstance(scheduler, type)
-        ):
-            raise SystemExit(f"crawl-frontier: SCHEDULER is {scheduler!r}; the frontier add-on brings its own "
-                             "scheduler (remove the setting)")  # fmt: skip
+        if problem := refusal(settings):  # a spider's custom_settings
+            raise SystemExit(problem)
         said: list[str] = []
 
         def take(name: str, value: Any, why: str) -> None:

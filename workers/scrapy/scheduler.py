@@ -31,11 +31,13 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from scrapy import Request, Spider
+from scrapy import Request, Spider, signals
+from scrapy.exceptions import CloseSpider
 from scrapy.utils.defer import deferred_from_coro
 
 from frontier.client import FrontierClient
 from frontier.config import Config, load
+from frontier.kafka import KafkaUnreachable
 from topics.schemas import Submission
 from workers.jobs import Jobs
 from workers.leased import LeasedJob, Outcome
@@ -101,7 +103,9 @@ class FrontierScheduler:
         self._pump: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.submitted = self.reported = self.failed_submissions = 0
+        self.unreachable = False
         _RUNS[crawler] = self
+        crawler.signals.connect(self._opened, signal=signals.spider_opened)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> FrontierScheduler:
@@ -117,15 +121,25 @@ class FrontierScheduler:
         cfg = replace(self.cfg, worker=replace(self.cfg.worker, user_agent=agent, concurrency=self.concurrency))
         self.cfg = cfg
         name = f"scrapy:{spider.name}@{socket.gethostname()}-{os.getpid()}"
+        client = FrontierClient(cfg, crawl=self.crawl)
+        try:
+            await asyncio.to_thread(client.check, 10.0)
+        except KafkaUnreachable as exc:
+            log.error("crawl-frontier: %s", exc)
+            self.unreachable = True  # the spider closes once open (see _opened): one line, no traceback
+            return
         self.jobs = Jobs(cfg, crawl=self.crawl, name=name)
         await self.jobs.start()
-        client = FrontierClient(cfg, crawl=self.crawl)
         self.watch = DoneWatch(client, self.crawl, self.busy)
         self.watch.start()
         self._pump = asyncio.ensure_future(self._take_jobs())
         self._sweeper = asyncio.ensure_future(self._sweep_loop())
         log.info("crawl %r on the frontier at %s: this process takes its jobs as %s (at most %d at once)",
                  self.crawl, cfg.kafka.bootstrap, name, self.concurrency)  # fmt: skip
+
+    def _opened(self, spider: Spider) -> None:
+        if self.unreachable:
+            raise CloseSpider("frontier_unreachable")
 
     def close(self, reason: str) -> Deferred[None]:
         return deferred_from_coro(self._close(reason))
@@ -163,6 +177,8 @@ class FrontierScheduler:
 
     def enqueue_request(self, request: Request) -> bool:
         meta = request.meta
+        if self.jobs is None:
+            return False  # not connected (the spider is closing)
         if meta.get(HANDED_BACK):
             return True  # the end of a job the frontier retries (see the downloader middleware)
         lease = meta.get(PARENT_KEY) or meta.get(JOB_KEY)
