@@ -20,6 +20,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from scrapy import Request
+from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 
 from topics.schemas import NETWORK_ERRORS
@@ -67,6 +68,11 @@ class FrontierDownloaderMiddleware:
         run = scheduler_of(self.crawler)
         return run.entry_of(request) if run is not None else None
 
+    def process_request(self, request: Request, spider: Any = None) -> None:
+        entry = self._entry(request)
+        if entry is not None:
+            entry.downloading = True  # past every other middleware: what fails now failed in the download
+
     def process_response(self, request: Request, response: Response, spider: Any = None) -> Request | Response:
         entry = self._entry(request)
         if entry is None:
@@ -93,6 +99,9 @@ class FrontierDownloaderMiddleware:
             return None
         run = scheduler_of(self.crawler)
         assert run is not None
+        if isinstance(exception, IgnoreRequest) and not entry.downloading:
+            entry.dropped = f"scrapy: dropped before download: {exception}"[:500]  # by a middleware: skipped
+            return None
         kind = error_kind(exception)
         outcome = Outcome(error=kind, done_at=time.time(), links=[])
         if kind in NETWORK_ERRORS and entry.leased.job.retries_left > 0:

@@ -69,6 +69,8 @@ class Entry:
     outcome: Outcome | None = None
     follow_ups: list[Submission] = field(default_factory=list)
     handed: bool = False  # given to the engine
+    downloading: bool = False  # past every downloader middleware's process_request
+    dropped: str = ""  # why a middleware dropped it before download
     concluded: bool = False  # its report is on its way (or it was handed back)
 
 
@@ -133,6 +135,7 @@ class FrontierScheduler:
         self.watch = DoneWatch(client, self.crawl, self.busy)
         self.watch.start()
         self._pump = asyncio.ensure_future(self._take_jobs())
+        self._pump.add_done_callback(self._pump_ended)
         self._sweeper = asyncio.ensure_future(self._sweep_loop())
         log.info("crawl %r on the frontier at %s: this process takes its jobs as %s (at most %d at once)",
                  self.crawl, cfg.kafka.bootstrap, name, self.concurrency)  # fmt: skip
@@ -229,6 +232,15 @@ class FrontierScheduler:
             self.ready.append(entry)
             self._wake()
 
+    def _pump_ended(self, task: asyncio.Task[None]) -> None:
+        """The worker API failed (its consumer, say): the spider closes, said, rather than wait forever."""
+        if task.cancelled() or task.exception() is None:
+            return
+        log.error("crawl %r: the worker API failed: %r; closing the spider", self.crawl, task.exception())
+        engine = self.crawler.engine
+        if engine is not None:
+            self._spawn(engine.close_spider_async(reason="frontier_failed"))
+
     def _wake(self) -> None:
         """Have the engine ask for requests now, not at its next heartbeat."""
         engine = self.crawler.engine
@@ -275,7 +287,7 @@ class FrontierScheduler:
             return
         outcome = entry.outcome
         if outcome is None:
-            await leased.skip("scrapy: dropped before download (by a downloader middleware)")
+            await leased.skip(entry.dropped or "scrapy: dropped before download (by a downloader middleware)")
             return
         outcome.follow_ups = entry.follow_ups
         outcome.page = self.pages
