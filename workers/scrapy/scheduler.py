@@ -104,6 +104,7 @@ class FrontierScheduler:
         self.watch: DoneWatch | None = None
         self._pump: asyncio.Task[None] | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._closer: asyncio.Future[None] | None = None
         self.submitted = self.reported = self.failed_submissions = 0
         self.unreachable = False
         _RUNS[crawler] = self
@@ -239,7 +240,8 @@ class FrontierScheduler:
         log.error("crawl %r: the worker API failed: %r; closing the spider", self.crawl, task.exception())
         engine = self.crawler.engine
         if engine is not None:
-            self._spawn(engine.close_spider_async(reason="frontier_failed"))
+            # kept apart from self.tasks: the close awaits those, and must not await itself
+            self._closer = asyncio.ensure_future(engine.close_spider_async(reason="frontier_failed"))
 
     def _wake(self) -> None:
         """Have the engine ask for requests now, not at its next heartbeat."""
