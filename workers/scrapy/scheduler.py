@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from scrapy import Request, Spider, signals
 from scrapy.exceptions import CloseSpider
-from scrapy.utils.defer import deferred_from_coro
+from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 
 from frontier.client import FrontierClient
 from frontier.config import Config, load
@@ -241,7 +241,13 @@ class FrontierScheduler:
         engine = self.crawler.engine
         if engine is not None:
             # kept apart from self.tasks: the close awaits those, and must not await itself
-            self._closer = asyncio.ensure_future(engine.close_spider_async(reason="frontier_failed"))
+            closing = getattr(engine, "close_spider_async", None)  # Scrapy 2.14+; 2.13 has close_spider
+            if closing is not None:
+                self._closer = asyncio.ensure_future(closing(reason="frontier_failed"))
+            else:
+                self._closer = asyncio.ensure_future(
+                    maybe_deferred_to_future(engine.close_spider(self.crawler.spider, "frontier_failed"))  # type: ignore[arg-type]
+                )
 
     def _wake(self) -> None:
         """Have the engine ask for requests now, not at its next heartbeat."""
