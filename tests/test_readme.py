@@ -5,8 +5,8 @@ import re
 from pathlib import Path
 
 from frontier.client import FrontierClient
-from workers.jobs import Jobs
-from workers.leased import LeasedJob
+from workers.api.jobs import Jobs
+from workers.api.leased import LeasedJob
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 

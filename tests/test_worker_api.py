@@ -23,11 +23,11 @@ from frontier.core import policy
 from frontier.core.state import Done, ScopeState, Sent
 from tests.test_worker_jobs import FakeProducer, message, serving
 from topics.schemas import Feedback, Job, UrlItem
-from workers.blocking import BlockingJob
+from workers.api.blocking import BlockingJob
+from workers.api.leased import AlreadyReported, LeasedJob, Outcome
+from workers.api.publishing import Publisher
 from workers.examples import background, partial, threaded_requests
-from workers.leased import AlreadyReported, LeasedJob, Outcome
-from workers.publishing import Publisher
-from workers.worker import Fetcher, FetchWorker, load_fetcher
+from workers.fetcher.worker import Fetcher, FetchWorker, load_fetcher
 
 HOST = "127.0.0.95"
 CFG = replace(Config(), worker=WorkerConfig(allow_networks=("127.0.0.0/8",)))
@@ -210,7 +210,7 @@ async def test_without_a_send_time_the_host_is_timed_from_the_report(site: str) 
 
 
 async def test_a_user_fetcher_past_the_jobs_timeout_is_a_timeout(site: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("workers.worker.TIMEOUT_GRACE", 0.1)
+    monkeypatch.setattr("workers.fetcher.worker.TIMEOUT_GRACE", 0.1)
 
     async def stuck(job: LeasedJob) -> Outcome:
         await asyncio.sleep(30)
@@ -306,7 +306,7 @@ async def test_a_window_announced_after_the_hand_over_sends_the_taken_job_back(s
 async def test_a_fetcher_cancelled_at_its_timeout_inside_async_with_job_reports_a_timeout(
     site: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("workers.worker.TIMEOUT_GRACE", 0.1)
+    monkeypatch.setattr("workers.fetcher.worker.TIMEOUT_GRACE", 0.1)
 
     async def stuck(job: LeasedJob) -> None:
         async with job:  # as docs/WORKERS.md shows: a cancellation is not the job's error
@@ -355,7 +355,7 @@ async def test_a_thread_past_its_timeout_keeps_the_host_closed_until_it_ends(
 ) -> None:
     """A plain-function fetcher cannot be stopped: reported as a timeout, its request may still be
     on its way, so the host's next job waits for the thread, not for the report."""
-    monkeypatch.setattr("workers.worker.TIMEOUT_GRACE", 0.1)
+    monkeypatch.setattr("workers.fetcher.worker.TIMEOUT_GRACE", 0.1)
     ended: dict[str, float] = {}
     started: dict[str, float] = {}
 

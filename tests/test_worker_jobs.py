@@ -27,8 +27,8 @@ from msgspec.structs import replace
 from deploy.kafka import free_port
 from frontier.config import BackoffSettings, Config, ScopeSettings, ThrottleConfig
 from topics.schemas import Feedback, FeedbackBatch, Job, Page, Submission, UrlItem, decode, encode
-from workers.publishing import Publisher
-from workers.worker import FetchWorker
+from workers.api.publishing import Publisher
+from workers.fetcher.worker import FetchWorker
 
 HOST = "127.0.0.93"
 AGENT = "kafka-crawl-frontier"  # the agent token of the default user agent

@@ -13,7 +13,7 @@ import aiohttp
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from tests.test_worker_jobs import FakeProducer, Site, make_job, make_worker, message, poll, session, site, start
-from workers.membership import Membership
+from workers.api.membership import Membership
 
 __all__ = ["session", "site"]  # the fixtures, imported for these tests
 

@@ -1,9 +1,9 @@
 """Fetch workers: the worker API any code can take jobs through, and the project's own worker on it.
 
-- ``jobs``        :class:`~workers.jobs.Jobs`: the worker API (async pull ``async for`` and callback ``serve``);
+- ``jobs``        :class:`~workers.api.jobs.Jobs`: the worker API (async pull ``async for`` and callback ``serve``);
   assembled from ``base`` (its fields), ``holding`` (until a job may be sent), ``reporting``
   (what is published, in the protocol's order) and ``consuming`` (the Kafka consumer)
-- ``leased``      :class:`~workers.leased.LeasedJob` (a job in user code's hands) and ``Outcome``
+- ``leased``      :class:`~workers.api.leased.LeasedJob` (a job in user code's hands) and ``Outcome``
 - ``blocking``    the same for threads and task queues (``BlockingJobs``, ``BlockingJob``)
 - ``publishing``  records out, acknowledged: pages, follow-ups, batched feedback, rejections
 - ``gates``, ``offsets``, ``addresses``, ``safety``  per-host timing, committable offsets, address checks

@@ -8,46 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 
-from frontier.config import BACKOFF_CODES
-from frontier.core.headers import THROTTLE_HEADERS
-from topics.schemas import NETWORK_ERRORS
-from workers.safety import BlockedAddress
-
-
-@dataclass
-class FetchResult:
-    """What came of one fetch (also what user code reports through the worker API, as ``Outcome``)."""
-
-    sent_at: float = 0.0  # epoch seconds the request went out (0: unknown, or never sent)
-    status: int = 0
-    latency: float = 0.0
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    truncated: bool = False
-    error: str = ""  # error kind when no response was received
-    done_at: float = 0.0  # when the response ended (set by the worker once the body is read)
-    links: list[str] | None = None  # URLs to follow; None: the same-site links of an HTML body
-
-    @property
-    def content_type(self) -> str:
-        return self.headers.get("content-type", "")
-
-
-def is_retryable(result: FetchResult, codes: Collection[int] = BACKOFF_CODES) -> bool:
-    """Worth another attempt (bounded by the job's retries_left): exactly what the frontier backs
-    off on, network errors and the backoff ``codes`` (429, 502-504, 520-524 by default). Other
-    statuses (500, 501, 505, ...) are answers: a retry without backoff would only repeat them."""
-    return result.error in NETWORK_ERRORS or result.status in codes
-
-
-def throttle_headers(headers: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k in THROTTLE_HEADERS}
+from workers.api.outcome import FetchResult
+from workers.api.safety import BlockedAddress
 
 
 def send_tracer() -> aiohttp.TraceConfig:

@@ -3,7 +3,7 @@ gates, the slots, the offsets and the jobs in hand, and the two ways a job leave
 (:meth:`JobsBase._leave` gives back its slot and gate; :meth:`JobsBase._done` ends it here). The
 modules beside it add the behaviour as mixins over these fields: ``holding`` (until a job may be
 sent), ``reporting`` (what is published, in the protocol's order), ``consuming`` (the Kafka
-consumer); ``jobs`` assembles them into :class:`~workers.jobs.Jobs`.
+consumer); ``jobs`` assembles them into :class:`~workers.api.jobs.Jobs`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from frontier.core.robots import MAX_ROBOTS_BYTES, agent_token
 from frontier.kafka import Kafka
 from frontier.observability.metrics import WorkerMetrics
 from topics.schemas import DEFAULT_CRAWL, Job, valid_crawl
-from workers.addresses import AddressCheck
-from workers.gates import _HostGate
-from workers.leased import LeasedJob, Outcome
-from workers.membership import Membership
-from workers.offsets import OffsetTracker
-from workers.publishing import Publisher
+from workers.api.addresses import AddressCheck
+from workers.api.gates import _HostGate
+from workers.api.leased import LeasedJob, Outcome
+from workers.api.membership import Membership
+from workers.api.offsets import OffsetTracker
+from workers.api.publishing import Publisher
 
 log = logging.getLogger("worker")
 
@@ -99,23 +99,23 @@ class JobsBase:
 
     # What the mixins call of each other (defined in jobs, reporting, holding)
     async def handle(self, msg: Message) -> None:
-        """One consumed job, start to end (:class:`~workers.jobs.Jobs`)."""
+        """One consumed job, start to end (:class:`~workers.api.jobs.Jobs`)."""
         raise NotImplementedError
 
     async def _back(self, leased: LeasedJob) -> None:
-        """Hand the job back unfetched (:class:`~workers.reporting.Reporting`)."""
+        """Hand the job back unfetched (:class:`~workers.api.reporting.Reporting`)."""
         raise NotImplementedError
 
     def _abandon(self, leased: LeasedJob) -> None:
-        """Give up a job never reported (:class:`~workers.jobs.Jobs`)."""
+        """Give up a job never reported (:class:`~workers.api.jobs.Jobs`)."""
         raise NotImplementedError
 
     async def _report(self, leased: LeasedJob, outcome: Outcome) -> None:
-        """Publish a job's outcome (:class:`~workers.reporting.Reporting`)."""
+        """Publish a job's outcome (:class:`~workers.api.reporting.Reporting`)."""
         raise NotImplementedError
 
     def prune_gates(self, now: float) -> int:
-        """Forget idle hosts' gates (:class:`~workers.holding.Holding`)."""
+        """Forget idle hosts' gates (:class:`~workers.api.holding.Holding`)."""
         raise NotImplementedError
 
     def max_body(self, job: Job) -> int:
@@ -151,7 +151,7 @@ class JobsBase:
 
     async def mark_done(self, leased: LeasedJob) -> bool:
         """Before a job's report goes out: its offset is committed as done (the commit's metadata,
-        :mod:`workers.offsets`), so a worker that takes the partition over never fetches a job whose
+        :mod:`workers.api.offsets`), so a worker that takes the partition over never fetches a job whose
         report landed. False: the group refused the commit as from an expired member (the job is
         another worker's now: report nothing). Without a consumer (tests): at once, True."""
         self.tracker.finished(*leased._coords)

@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Topic
 
 from frontier.kafka import coordinates
 from frontier.observability.metrics import lag
-from workers.base import JobsBase
+from workers.api.base import JobsBase
 
 log = logging.getLogger("worker")
 

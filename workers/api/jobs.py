@@ -5,7 +5,7 @@ docs/PROTOCOL.md).
 It consumes leased jobs (``crawl.jobs``, one consumer group: start more processes to share the
 work), holds each until it may be sent (``not_before``; this worker's gap since its previous send
 to the host, ``min_gap``; a window the host announced; a server-stated floor from the end of the
-host's previous response) and hands it over as a :class:`~workers.leased.LeasedJob`; what user
+host's previous response) and hands it over as a :class:`~workers.api.leased.LeasedJob`; what user
 code reports becomes the page (and its follow-ups) on ``crawl.pages``, then the feedback on
 ``crawl.feedback``, and only once both are acknowledged is the job's offset committed. A job whose
 slot would come after its ``expires_at`` is handed back unfetched. Jobs of kinds the user code
@@ -13,7 +13,7 @@ does not take (robots.txt, by default) are fetched here by the built-in fetcher.
 
 Two shapes: ``async with Jobs(cfg) as jobs: async for job in jobs: ...`` (pull), and
 ``await Jobs(cfg).serve(handle)`` (each job to ``handle`` in a task of its own); the blocking
-shapes for threads and task queues are :mod:`workers.blocking`.
+shapes for threads and task queues are :mod:`workers.api.blocking`.
 
 The parts: ``base`` (the fields), ``holding``, ``reporting`` and ``consuming`` (mixins);
 here the life, the shapes, one job's way through, and the reports' entry points.
@@ -32,13 +32,13 @@ from frontier.kafka import coordinates
 from topics.admin import create_crawl_jobs
 from topics.catalog import workers_group
 from topics.schemas import Job, SchemaError, decode
-from workers.base import Handler
-from workers.consuming import Consuming
-from workers.holding import Holding
-from workers.leased import AlreadyReported, LeasedJob, Outcome, lower_headers
-from workers.membership import Membership
-from workers.publishing import Publisher
-from workers.reporting import Reporting
+from workers.api.base import Handler
+from workers.api.consuming import Consuming
+from workers.api.holding import Holding
+from workers.api.leased import AlreadyReported, LeasedJob, Outcome, lower_headers
+from workers.api.membership import Membership
+from workers.api.publishing import Publisher
+from workers.api.reporting import Reporting
 
 log = logging.getLogger("worker")
 
@@ -50,7 +50,7 @@ class Jobs(Holding, Reporting, Consuming):
     the built-in fetcher); ``check_addresses``: resolve each job's host and decline it (error
     ``blocked_address``) when it resolves only to addresses the worker may not reach
     (``worker.allow_networks`` / ``block_private``); a fetcher that connects through
-    :class:`~workers.safety.SafeConnector` checks at connect time and may turn this off.
+    :class:`~workers.api.safety.SafeConnector` checks at connect time and may turn this off.
     """
 
     async def __aenter__(self) -> Jobs:
@@ -235,7 +235,7 @@ class Jobs(Holding, Reporting, Consuming):
 
     async def _internal_fetch(self, leased: LeasedJob) -> Outcome:
         if self.internal is None:
-            from workers.builtin import AiohttpFetcher  # the default engine, made when first needed
+            from workers.api.builtin import AiohttpFetcher  # the default engine, made when first needed
 
             self._builtin = AiohttpFetcher(self.cfg, self.concurrency)
             self.internal = self._builtin.fetch

@@ -1,5 +1,5 @@
 """Holding a job until it may be sent: a slot among ``concurrency``, then the host's gate
-(:mod:`workers.gates`): ``not_before``, this worker's last send to the host plus ``min_gap``, a
+(:mod:`workers.api.gates`): ``not_before``, this worker's last send to the host plus ``min_gap``, a
 window the host announced, a server-stated floor from the end of its previous response
 (THROTTLING.md v2 §4, §9). Also what user code tells along the way (``sent``, ``answered``) and
 the pruning of idle gates."""
@@ -13,10 +13,10 @@ import time
 from frontier.core.headers import gate_seconds
 from frontier.core.policy import with_margin
 from topics.schemas import NETWORK_ERRORS, Job
-from workers.base import JobsBase
-from workers.fetch import FetchResult
-from workers.gates import _HostGate
-from workers.leased import LeasedJob, Outcome
+from workers.api.base import JobsBase
+from workers.api.gates import _HostGate
+from workers.api.leased import LeasedJob, Outcome
+from workers.api.outcome import FetchResult
 
 log = logging.getLogger("worker")
 

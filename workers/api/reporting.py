@@ -15,10 +15,10 @@ from confluent_kafka import Message
 
 from frontier.kafka import coordinates
 from topics.schemas import SKIPPED_VERSION, Feedback, Page, Rejected, SchemaError
-from workers.base import JobsBase
-from workers.fetch import is_retryable, throttle_headers
-from workers.followups import follow_ups, page_headers
-from workers.leased import LeasedJob, Outcome
+from workers.api.base import JobsBase
+from workers.api.followups import follow_ups, page_headers
+from workers.api.leased import LeasedJob, Outcome
+from workers.api.outcome import is_retryable, throttle_headers
 
 log = logging.getLogger("worker")
 

@@ -20,10 +20,10 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from topics.schemas import Job, UrlItem
-from workers.fetch import FetchResult
+from workers.api.outcome import FetchResult
 
 if TYPE_CHECKING:
-    from workers.jobs import Jobs
+    from workers.api.jobs import Jobs
 
 Outcome = FetchResult  # what user code reports: status, headers, body, sent_at, done_at, error, links
 
@@ -33,7 +33,7 @@ class AlreadyReported(RuntimeError):
 
 
 class JobFacts:
-    """What a job says, for both handles (:class:`LeasedJob`, :class:`~workers.blocking.BlockingJob`)."""
+    """What a job says, for both handles (:class:`LeasedJob`, :class:`~workers.api.blocking.BlockingJob`)."""
 
     __slots__ = ()
 

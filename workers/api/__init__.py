@@ -1,0 +1,1 @@
+"""The worker API (being moved here)."""

@@ -1,0 +1,1 @@
+"""The project's fetch worker (being moved here)."""
