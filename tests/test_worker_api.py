@@ -161,7 +161,7 @@ async def test_release_hands_the_job_back_and_an_exception_is_an_error(site: str
                                     (silent, "expired", "")):  # fmt: skip
         producer, worker = await run_with(Fetcher(handler), site, "/ok")
         assert [(fb.outcome, fb.error) for fb in producer.feedback()] == [(outcome, error)], handler
-        assert worker.jobs.tracker.open_count() == 0 and not worker.jobs._entered
+        assert worker.jobs.tracker.open_count() == 0 and not worker.jobs.holder.entered
 
 
 async def test_a_job_is_reported_once(site: str) -> None:
@@ -183,13 +183,13 @@ async def test_a_job_never_reported_is_given_up_after_its_lease_and_frees_its_sl
     worker = worker_with(None, producer)
     worker.jobs.handler = None  # the pull shape: taken from the queue, never reported
     job = make_job(site + "/ok", lease="H", expires_in=0.3, timeout=0.2)
-    worker.jobs._start(message(job))  # type: ignore[arg-type]
+    worker.jobs.consuming.take(message(job))  # type: ignore[arg-type]
     taken = await worker.jobs.get(1.0)
     assert taken is not None and worker.jobs.tracker.open_count() == 1
     deadline = time.monotonic() + 5
     while worker.jobs.tracker.open_count() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    assert worker.jobs.tracker.open_count() == 0 and not worker.jobs._entered, "the job was never given up"
+    assert worker.jobs.tracker.open_count() == 0 and not worker.jobs.holder.entered, "the job was never given up"
     assert producer.feedback() == [], "no feedback: the frontier's lease expires and the job comes back"
     with pytest.raises(AlreadyReported):
         await taken.fetched(200, {})
@@ -276,7 +276,7 @@ async def test_a_job_given_up_while_waiting_to_be_taken_is_skipped_by_get(site: 
     producer = FakeProducer()
     worker = worker_with(None, producer)
     worker.jobs.handler = None
-    worker.jobs._start(message(make_job(site + "/ok", lease="G", expires_in=0.2, timeout=0.1)))  # type: ignore[arg-type]
+    worker.jobs.consuming.take(message(make_job(site + "/ok", lease="G", expires_in=0.2, timeout=0.1)))  # type: ignore[arg-type]
     deadline = time.monotonic() + 5
     while worker.jobs.tracker.open_count() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)  # never taken: given up at expires_at + timeout
@@ -289,7 +289,7 @@ async def test_a_window_announced_after_the_hand_over_sends_the_taken_job_back(s
     worker = worker_with(None, producer)
     worker.jobs.handler = None
     for n, name in enumerate("AB"):
-        worker.jobs._start(message(make_job(site + "/ok", lease=name), n))  # type: ignore[arg-type]
+        worker.jobs.consuming.take(message(make_job(site + "/ok", lease=name), n))  # type: ignore[arg-type]
     a = await worker.jobs.get(2.0)
     assert a is not None
     a.sent()
