@@ -23,8 +23,7 @@ from frontier.core import policy
 from frontier.core.state import Done, ScopeState, Sent
 from tests.test_worker_jobs import FakeProducer, message, serving
 from topics.schemas import Feedback, Job, UrlItem
-from workers.api.blocking import BlockingJob
-from workers.api.leased import AlreadyReported, LeasedJob, Outcome
+from workers.api import AlreadyReported, BlockingJob, LeasedJob, Outcome
 from workers.api.publishing import Publisher
 from workers.examples import background, partial, threaded_requests
 from workers.fetcher.worker import Fetcher, FetchWorker, load_fetcher

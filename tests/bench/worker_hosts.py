@@ -21,8 +21,8 @@ from frontier.config import Config
 from tests.bench.common import parser, report, size
 from tests.test_worker_jobs import FakeMessage
 from topics.schemas import Job, UrlItem, encode
+from workers.api import LeasedJob, Outcome
 from workers.api.holding import GATE_IDLE
-from workers.api.leased import LeasedJob, Outcome
 from workers.api.publishing import Publisher
 from workers.fetcher.worker import FetchWorker
 

@@ -16,8 +16,7 @@ import time
 
 import httpx
 
-from workers.api.jobs import Jobs
-from workers.api.leased import LeasedJob
+from workers.api import Jobs, LeasedJob
 from workers.examples.common import options
 
 NETWORK = {httpx.TimeoutException: "timeout", httpx.ConnectError: "connect", httpx.ReadError: "reset",

@@ -19,8 +19,7 @@ from collections.abc import Callable
 import requests
 
 from frontier.config import Config, WorkerConfig
-from workers.api.blocking import BlockingJob, BlockingJobs
-from workers.api.leased import Outcome
+from workers.api import BlockingJob, BlockingJobs, Outcome
 from workers.examples.common import options
 
 _local = threading.local()

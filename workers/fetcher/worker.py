@@ -23,10 +23,8 @@ from typing import Any
 from frontier.config import Config, ConfigError
 from frontier.kafka import Kafka
 from topics.schemas import DEFAULT_CRAWL
-from workers.api.blocking import BlockingJob
+from workers.api import BlockingJob, Jobs, LeasedJob, Outcome
 from workers.api.builtin import AiohttpFetcher
-from workers.api.jobs import Jobs
-from workers.api.leased import LeasedJob, Outcome
 
 log = logging.getLogger("worker")
 TIMEOUT_GRACE = 1.0  # seconds a user fetcher may run past the job's timeout before it counts as one
