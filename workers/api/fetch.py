@@ -54,7 +54,7 @@ async def fetch(
     ``sent_at`` and the latency start when the request headers were sent (with
     :func:`send_tracer` on the session), and ``on_sent`` is called with that time.
     ``on_headers`` is called with the result as soon as the status and headers are in, before
-    the body is read (a worker closes a host's window at once, see ``FetchWorker._answered``).
+    the body is read (a worker closes a host's window at once, see :meth:`~workers.api.holding.Holder.answered`).
     """
     loop = asyncio.get_running_loop()
     result = FetchResult(sent_at=time.time())
