@@ -302,7 +302,7 @@ def cmd_router(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from workers.worker import load_fetcher, run_worker
+    from workers.fetcher.worker import load_fetcher, run_worker
 
     cfg = _config(args)
     spec = args.fetcher or cfg.worker.fetcher

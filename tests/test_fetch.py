@@ -12,8 +12,9 @@ from aiohttp import web
 
 from deploy.kafka import free_port
 from frontier.config import BACKOFF_CODES
-from workers.fetch import fetch, is_retryable, send_tracer, throttle_headers
-from workers.links import same_site_links
+from workers.api.fetch import fetch, send_tracer
+from workers.api.links import same_site_links
+from workers.api.outcome import is_retryable, throttle_headers
 
 HOST = "127.0.0.77"
 

@@ -13,7 +13,8 @@ import aiohttp
 import pytest
 import trustme
 
-from workers.fetch import fetch, is_retryable
+from workers.api.fetch import fetch
+from workers.api.outcome import is_retryable
 
 HOST = "127.0.0.66"
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]

@@ -24,8 +24,8 @@ from frontier.intake.router import route
 from frontier.partition import PartitionFrontier
 from topics.partitioning import partition_for, partition_key, partition_of
 from topics.schemas import ControlCommand, Feedback, Job, UrlItem, decode, encode
-from workers.fetch import FetchResult
-from workers.followups import follow_ups
+from workers.api.followups import follow_ups
+from workers.api.outcome import FetchResult
 
 PARTITIONS = 64
 TOPIC = "t.urls"

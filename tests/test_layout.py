@@ -36,6 +36,17 @@ PURE = (
     "topics.partitioning",
 )
 
+# what the worker API may import (a worker knows the frontier only through its topics)
+WORKER_API = (
+    "workers.api",
+    "frontier.core",
+    "frontier.config",
+    "frontier.kafka",
+    "frontier.intake.urls",
+    "frontier.observability.metrics",
+    "topics",
+)
+
 # package (longest prefix wins) -> the packages and modules of ours it may import
 ALLOWED: dict[str, tuple[str, ...]] = {
     "frontier": (),  # the package's own __init__: the map, no imports
@@ -75,24 +86,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "frontier.demo": OURS,
     "frontier.cli": OURS,
     "frontier.client": ("frontier.config", "frontier.core", "frontier.kafka", "frontier.observability", "topics"),
-    "workers": (
-        "workers",
-        "frontier.core",
-        "frontier.config",
-        "frontier.kafka",
-        "frontier.intake.urls",
-        "frontier.observability.metrics",
-        "topics",
-    ),
-    # the Scrapy add-on: a worker like any other, which also asks the frontier when its crawl is done
-    "workers.scrapy": (
-        "workers",
-        "frontier.core",
-        "frontier.config",
-        "frontier.kafka",
-        "frontier.client",
-        "topics",
-    ),
+    "workers": (),  # the package's own __init__: the map of its rooms, no imports
+    "workers.api": WORKER_API,  # the worker API: no other room of workers
+    "workers.fetcher": ("workers.api", *WORKER_API),  # the project's worker, on the API
+    "workers.examples": ("workers.api", "frontier.config"),  # workers by other code, on the API
+    # the Scrapy add-on: a worker on the API, which also asks the frontier when its crawl is done
+    "workers.scrapy": ("workers.api", "workers.scrapy", "frontier.client", *WORKER_API),
     "deploy": ("deploy",),
 }
 
@@ -181,3 +180,93 @@ def test_every_import_of_ours_resolves() -> None:
                 except ImportError:
                     stale.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.module}.{alias.name}")
     assert not stale, "\n".join(stale)
+
+
+def test_every_module_of_workers_is_in_a_room_with_its_rule() -> None:
+    """workers/ holds rooms only (the API, the project's worker, examples, ...), each with a rule
+    above: a module outside them, or a room without one, would import under the map's own rule."""
+    workers = ROOT / "workers"
+    loose = sorted(p.name for p in workers.glob("*.py") if p.name != "__init__.py")
+    assert not loose, f"modules of workers outside its rooms: {loose}"
+    rooms = {f"workers.{p.parent.name}" for p in workers.glob("*/__init__.py")}
+    assert rooms >= {"workers.api", "workers.fetcher", "workers.examples"}
+    assert not rooms - ALLOWED.keys(), f"rooms of workers without a rule in ALLOWED: {sorted(rooms - ALLOWED.keys())}"
+
+
+def module_graph(package: Path) -> dict[str, set[str]]:
+    """The modules of ``package`` (a directory) -> those of them each one imports: at the top, under
+    ``TYPE_CHECKING`` and inside functions alike. ``from p import name`` imports the module
+    ``p.name`` when there is one, else ``p`` itself (its ``__init__``)."""
+    base = package.parent
+
+    def name_of(path: Path) -> str:
+        parts = path.relative_to(base).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    paths = {name_of(p): p for p in package.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        found: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                source = node.module or ""
+                if node.level:  # relative: from the module's own package, up ``level - 1``
+                    parts = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+                    source = ".".join([*parts[: len(parts) - node.level + 1], *filter(None, [node.module])])
+                for alias in node.names:
+                    found.add(f"{source}.{alias.name}" if f"{source}.{alias.name}" in paths else source)
+        graph[module] = {name for name in found if name in paths and name != module}
+    return graph
+
+
+def a_cycle(graph: dict[str, set[str]]) -> list[str]:
+    """One import cycle of ``graph`` (its modules in order, the first again at the end), or []."""
+    state: dict[str, str] = {}  # "open": on the path being walked; "done": no cycle through it
+    path: list[str] = []
+
+    def walk(module: str) -> list[str]:
+        state[module] = "open"
+        path.append(module)
+        for name in sorted(graph[module]):
+            if state.get(name) == "open":
+                return [*path[path.index(name) :], name]
+            if name not in state and (cycle := walk(name)):
+                return cycle
+        state[module] = "done"
+        path.pop()
+        return []
+
+    for module in sorted(graph):
+        if module not in state and (cycle := walk(module)):
+            return cycle
+    return []
+
+
+def test_no_import_cycle_among_the_modules_of_workers() -> None:
+    """Not even one closed only for type checking or by an import inside a function (LeasedJob's
+    ``Jobs`` under TYPE_CHECKING was one): each part of the worker API gets what it calls as an
+    argument or a small protocol, never by importing the module that imports it."""
+    graph = module_graph(ROOT / "workers")
+    assert len(graph) > 20 and "workers.api.jobs" in graph["workers.api"]
+    assert not (cycle := a_cycle(graph)), "import cycle: " + " -> ".join(cycle)
+
+
+def test_an_import_cycle_would_be_caught(tmp_path: Path) -> None:
+    """The check above can fail: a cycle through an import for type checking only, one inside a
+    function and a relative one."""
+    pkg = tmp_path / "pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg.b import B\n")
+    (pkg / "b.py").write_text("def late():\n    from pkg import c\n")
+    (pkg / "c.py").write_text("from .a import A\n")
+    (pkg / "d.py").write_text("import pkg.a\nfrom pkg import a\n")
+    graph = module_graph(pkg)
+    assert graph["pkg.d"] == {"pkg.a"} and graph["pkg"] == set()
+    assert a_cycle(graph) == ["pkg.a", "pkg.b", "pkg.c", "pkg.a"]
+    (pkg / "c.py").write_text("from . import b\n")  # b <-> c only
+    assert a_cycle(module_graph(pkg)) == ["pkg.b", "pkg.c", "pkg.b"]
+    (pkg / "c.py").write_text("")
+    assert a_cycle(module_graph(pkg)) == []

@@ -11,8 +11,8 @@ from aiohttp import web
 
 from frontier.intake.urls import parse_input
 from tests.test_worker_jobs import serving
-from workers.fetch import fetch
-from workers.safety import AddressPolicy, SafeConnector
+from workers.api.fetch import fetch
+from workers.api.safety import AddressPolicy, SafeConnector
 
 LOOPBACK = ["2130706433", "0x7f000001", "0X7F.0.0.1", "0177.0.0.1", "127.1", "127.0.1", "127.0.0.1."]
 METADATA = ["2852039166", "0xa9fea9fe", "0251.0376.0251.0376", "169.254.43518", "0xa9.0xfe.0xa9.0xfe"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.offsets import OffsetTracker
+from workers.api.offsets import OffsetTracker
 
 T = "crawl.jobs"
 
@@ -74,7 +74,7 @@ def test_a_job_taken_before_a_revoke_inside_the_same_take_is_dropped() -> None:
 
     from confluent_kafka import TopicPartition
 
-    from workers.consuming import _take
+    from workers.api.consuming import _take
 
     @dataclass
     class Msg:
@@ -139,7 +139,7 @@ def test_metadata_that_cannot_be_read_skips_nothing() -> None:
 
 
 def test_metadata_stays_within_its_bound() -> None:
-    from workers.offsets import METADATA_CHARS, decode_done, encode_done
+    from workers.api.offsets import METADATA_CHARS, decode_done, encode_done
 
     done = set(range(1, 20_000, 2))  # 10,000 lone offsets
     text = encode_done(0, done)
@@ -150,7 +150,7 @@ def test_metadata_stays_within_its_bound() -> None:
 @settings(max_examples=200, deadline=None)
 @given(st.sets(st.integers(0, 500), max_size=80), st.integers(0, 10**9))
 def test_done_offsets_round_trip(done: set[int], base: int) -> None:
-    from workers.offsets import decode_done, encode_done
+    from workers.api.offsets import decode_done, encode_done
 
     shifted = {base + 1 + o for o in done}
     assert decode_done(base, encode_done(base, shifted)) == shifted

@@ -5,8 +5,7 @@ import re
 from pathlib import Path
 
 from frontier.client import FrontierClient
-from workers.jobs import Jobs
-from workers.leased import LeasedJob
+from workers.api import Jobs, LeasedJob
 
 README = (Path(__file__).parent.parent / "README.md").read_text()
 

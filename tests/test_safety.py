@@ -7,8 +7,8 @@ import pytest
 from aiohttp import web
 
 from tests.test_worker_jobs import serving
-from workers.fetch import fetch
-from workers.safety import AddressPolicy, SafeConnector
+from workers.api.fetch import fetch
+from workers.api.safety import AddressPolicy, SafeConnector
 
 
 @pytest.mark.parametrize(

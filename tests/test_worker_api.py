@@ -23,11 +23,10 @@ from frontier.core import policy
 from frontier.core.state import Done, ScopeState, Sent
 from tests.test_worker_jobs import FakeProducer, message, serving
 from topics.schemas import Feedback, Job, UrlItem
-from workers.blocking import BlockingJob
+from workers.api import AlreadyReported, BlockingJob, LeasedJob, Outcome
+from workers.api.publishing import Publisher
 from workers.examples import background, partial, threaded_requests
-from workers.leased import AlreadyReported, LeasedJob, Outcome
-from workers.publishing import Publisher
-from workers.worker import Fetcher, FetchWorker, load_fetcher
+from workers.fetcher.worker import Fetcher, FetchWorker, load_fetcher
 
 HOST = "127.0.0.95"
 CFG = replace(Config(), worker=WorkerConfig(allow_networks=("127.0.0.0/8",)))
@@ -161,7 +160,7 @@ async def test_release_hands_the_job_back_and_an_exception_is_an_error(site: str
                                     (silent, "expired", "")):  # fmt: skip
         producer, worker = await run_with(Fetcher(handler), site, "/ok")
         assert [(fb.outcome, fb.error) for fb in producer.feedback()] == [(outcome, error)], handler
-        assert worker.jobs.tracker.open_count() == 0 and not worker.jobs._entered
+        assert worker.jobs.tracker.open_count() == 0 and not worker.jobs.holder.entered
 
 
 async def test_a_job_is_reported_once(site: str) -> None:
@@ -183,13 +182,13 @@ async def test_a_job_never_reported_is_given_up_after_its_lease_and_frees_its_sl
     worker = worker_with(None, producer)
     worker.jobs.handler = None  # the pull shape: taken from the queue, never reported
     job = make_job(site + "/ok", lease="H", expires_in=0.3, timeout=0.2)
-    worker.jobs._start(message(job))  # type: ignore[arg-type]
+    worker.jobs.consuming.take(message(job))  # type: ignore[arg-type]
     taken = await worker.jobs.get(1.0)
     assert taken is not None and worker.jobs.tracker.open_count() == 1
     deadline = time.monotonic() + 5
     while worker.jobs.tracker.open_count() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
-    assert worker.jobs.tracker.open_count() == 0 and not worker.jobs._entered, "the job was never given up"
+    assert worker.jobs.tracker.open_count() == 0 and not worker.jobs.holder.entered, "the job was never given up"
     assert producer.feedback() == [], "no feedback: the frontier's lease expires and the job comes back"
     with pytest.raises(AlreadyReported):
         await taken.fetched(200, {})
@@ -210,7 +209,7 @@ async def test_without_a_send_time_the_host_is_timed_from_the_report(site: str) 
 
 
 async def test_a_user_fetcher_past_the_jobs_timeout_is_a_timeout(site: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("workers.worker.TIMEOUT_GRACE", 0.1)
+    monkeypatch.setattr("workers.fetcher.worker.TIMEOUT_GRACE", 0.1)
 
     async def stuck(job: LeasedJob) -> Outcome:
         await asyncio.sleep(30)
@@ -276,7 +275,7 @@ async def test_a_job_given_up_while_waiting_to_be_taken_is_skipped_by_get(site: 
     producer = FakeProducer()
     worker = worker_with(None, producer)
     worker.jobs.handler = None
-    worker.jobs._start(message(make_job(site + "/ok", lease="G", expires_in=0.2, timeout=0.1)))  # type: ignore[arg-type]
+    worker.jobs.consuming.take(message(make_job(site + "/ok", lease="G", expires_in=0.2, timeout=0.1)))  # type: ignore[arg-type]
     deadline = time.monotonic() + 5
     while worker.jobs.tracker.open_count() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)  # never taken: given up at expires_at + timeout
@@ -289,7 +288,7 @@ async def test_a_window_announced_after_the_hand_over_sends_the_taken_job_back(s
     worker = worker_with(None, producer)
     worker.jobs.handler = None
     for n, name in enumerate("AB"):
-        worker.jobs._start(message(make_job(site + "/ok", lease=name), n))  # type: ignore[arg-type]
+        worker.jobs.consuming.take(message(make_job(site + "/ok", lease=name), n))  # type: ignore[arg-type]
     a = await worker.jobs.get(2.0)
     assert a is not None
     a.sent()
@@ -306,7 +305,7 @@ async def test_a_window_announced_after_the_hand_over_sends_the_taken_job_back(s
 async def test_a_fetcher_cancelled_at_its_timeout_inside_async_with_job_reports_a_timeout(
     site: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("workers.worker.TIMEOUT_GRACE", 0.1)
+    monkeypatch.setattr("workers.fetcher.worker.TIMEOUT_GRACE", 0.1)
 
     async def stuck(job: LeasedJob) -> None:
         async with job:  # as docs/WORKERS.md shows: a cancellation is not the job's error
@@ -355,7 +354,7 @@ async def test_a_thread_past_its_timeout_keeps_the_host_closed_until_it_ends(
 ) -> None:
     """A plain-function fetcher cannot be stopped: reported as a timeout, its request may still be
     on its way, so the host's next job waits for the thread, not for the report."""
-    monkeypatch.setattr("workers.worker.TIMEOUT_GRACE", 0.1)
+    monkeypatch.setattr("workers.fetcher.worker.TIMEOUT_GRACE", 0.1)
     ended: dict[str, float] = {}
     started: dict[str, float] = {}
 

@@ -5,7 +5,7 @@ import asyncio
 
 from tests.test_worker_jobs import FakeProducer, make_worker
 from topics.schemas import Feedback, FeedbackBatch, decode
-from workers.publishing import FEEDBACK_RECORD_BYTES
+from workers.api.publishing import FEEDBACK_RECORD_BYTES
 
 
 async def test_a_burst_of_robots_bodies_is_cut_into_records_the_broker_takes() -> None:

@@ -20,7 +20,7 @@ from frontier.config import Config
 from tests.test_worker_jobs import FakeProducer, handle, make_worker, message
 from tests.test_worker_jobs import serving as serving_on
 from topics.schemas import Job, UrlItem
-from workers.worker import FetchWorker
+from workers.fetcher.worker import FetchWorker
 
 HOST = "127.0.0.94"
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -13,8 +13,8 @@ from aiohttp import web
 
 from tests.test_worker_jobs import FakeProducer, handle, make_worker, message, poll, serving
 from topics.schemas import Job, UrlItem
-from workers.gates import _HostGate
-from workers.worker import FetchWorker
+from workers.api.gates import _HostGate
+from workers.fetcher.worker import FetchWorker
 
 HOST = "127.0.0.96"
 

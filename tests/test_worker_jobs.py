@@ -27,8 +27,8 @@ from msgspec.structs import replace
 from deploy.kafka import free_port
 from frontier.config import BackoffSettings, Config, ScopeSettings, ThrottleConfig
 from topics.schemas import Feedback, FeedbackBatch, Job, Page, Submission, UrlItem, decode, encode
-from workers.publishing import Publisher
-from workers.worker import FetchWorker
+from workers.api.publishing import Publisher
+from workers.fetcher.worker import FetchWorker
 
 HOST = "127.0.0.93"
 AGENT = "kafka-crawl-frontier"  # the agent token of the default user agent
@@ -172,7 +172,7 @@ def handle(worker: FetchWorker, session: aiohttp.ClientSession, msg: FakeMessage
 def start(worker: FetchWorker, session: aiohttp.ClientSession, msg: FakeMessage) -> asyncio.Task[None]:
     """As the consume loop starts a job: in a task tracked by its partition."""
     worker.builtin._session = session
-    return worker.jobs._start(msg)  # type: ignore[arg-type]
+    return worker.jobs.consuming.take(msg)  # type: ignore[arg-type]
 
 
 def make_job(url: str, lease: str = "L1", **item: Any) -> Job:
@@ -280,7 +280,7 @@ async def test_any_exception_after_the_fetch_ends_in_an_error_page_and_result(
     def broken(*_: object) -> Page:
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(worker.jobs, "_page", broken)
+    monkeypatch.setattr(worker.jobs.reporter, "_page", broken)
     await run_job(worker, session, make_job(site.url("/"), meta={"m": 1}))
     [page] = producer.pages()
     assert (page.outcome, page.error, page.meta) == ("error", "worker_error: RuntimeError", {"m": 1})
@@ -345,7 +345,7 @@ async def test_a_revoke_cancels_the_jobs_still_running_after_its_grace(
     kept = start(worker, session, FakeMessage(message(other).data, offset_=9, partition_=1))
     await poll(lambda: "/hold" in site.hits, 5, "the job of partition 1 to be fetching")
     consumer = FakeConsumer()
-    await asyncio.to_thread(worker.jobs._on_revoke, consumer, [TopicPartition("crawl.jobs", 0)])
+    await asyncio.to_thread(worker.jobs.consuming.on_revoke, consumer, [TopicPartition("crawl.jobs", 0)])
     await asyncio.wait_for(asyncio.wait([waiting]), 5)
     assert waiting.cancelled(), "a job of a revoked partition kept running after the revoke"
     assert not kept.done(), "a job of a partition still owned was cancelled"

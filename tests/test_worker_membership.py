@@ -13,7 +13,7 @@ import aiohttp
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from tests.test_worker_jobs import FakeProducer, Site, make_job, make_worker, message, poll, session, site, start
-from workers.membership import Membership
+from workers.api.membership import Membership
 
 __all__ = ["session", "site"]  # the fixtures, imported for these tests
 
@@ -72,7 +72,7 @@ async def test_a_job_held_through_a_stall_is_dropped_unsent_when_the_assignment_
     clock.t += 20  # the process was stopped for 20 s (its timers fire late, all at once)
     await poll(lambda: time.time() > job.not_before + 0.2, 5, "the job's slot to pass")
     assert site.hits == [] and not task.done()  # not sent while its ownership is unknown
-    worker.jobs._lose({TP}, "the group's assignment was lost")  # the consumer hears it (on_lost)
+    worker.jobs.consuming.lose({TP}, "the group's assignment was lost")  # the consumer hears it (on_lost)
     await poll(task.done, 5, "the held job to be dropped")
     await worker.jobs.publisher.settled()
     assert site.hits == [] and producer.records == [] and worker.jobs.dropped == 1  # unsent, unreported
@@ -97,7 +97,7 @@ async def test_a_job_held_through_a_stall_goes_once_the_group_confirms_the_membe
         def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
             return offsets
 
-    worker.jobs._confirm(Accepting())
+    worker.jobs.consuming.confirm(Accepting())
     await poll(task.done, 5, "the job to be fetched")
     await worker.jobs.publisher.settled()
     assert site.hits == ["/b"] and [fb.outcome for fb in producer.feedback()] == ["fetched"]
@@ -131,7 +131,7 @@ async def test_a_commit_refused_as_an_expired_member_means_the_partitions_are_lo
             assert not asynchronous and offsets == [TopicPartition(*TP, 7)]
             raise KafkaException(KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "expired"))
 
-    jobs._confirm(Refusing())
+    jobs.consuming.confirm(Refusing())
     assert jobs.membership.owns(TP) is False and jobs.tracker.commit_points() == []
 
     jobs.membership.assigned([TP])
@@ -142,7 +142,7 @@ async def test_a_commit_refused_as_an_expired_member_means_the_partitions_are_lo
         def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> list[TopicPartition]:
             raise KafkaException(KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "rebalancing"))
 
-    jobs._confirm(Rebalancing())
+    jobs.consuming.confirm(Rebalancing())
     assert jobs.membership.owns(TP) is None  # not known yet: asked again, nothing dropped
 
 
@@ -170,12 +170,12 @@ async def test_a_jobs_done_mark_is_committed_before_its_report_goes_out(
     clock, producer = Clock(), FakeProducer()
     worker = worker_with(clock, producer)
     consumer = RecordingConsumer(producer)
-    worker.jobs._consumer = consumer
+    worker.jobs.consuming.consumer = consumer
     worker.jobs.tracker.started(*TP, 4)  # an earlier job still open: the mark goes in the metadata
     task = start(worker, session, message(make_job(site.url("/d")), offset=5))
-    await poll(lambda: bool(worker.jobs._marks), 5, "the job to wait for its mark")
+    await poll(lambda: bool(worker.jobs.consuming.marks), 5, "the job to wait for its mark")
     assert producer.records == []  # fetched, not reported before its mark is committed
-    worker.jobs._commit_marks(consumer)
+    worker.jobs.consuming.commit_marks(consumer)
     await poll(task.done, 5, "the report")
     await worker.jobs.publisher.settled()
     assert consumer.commits == [([(4, "done:1")], 0)]  # offset 5 done above the open 4, before any record
@@ -189,10 +189,10 @@ async def test_a_mark_refused_as_from_an_expired_member_reports_nothing(
     clock, producer = Clock(), FakeProducer()
     worker = worker_with(clock, producer)
     consumer = RecordingConsumer(producer, refuse=KafkaError(KafkaError.UNKNOWN_MEMBER_ID, "expired"))
-    worker.jobs._consumer = consumer
+    worker.jobs.consuming.consumer = consumer
     task = start(worker, session, message(make_job(site.url("/e")), offset=9))
-    await poll(lambda: bool(worker.jobs._marks), 5, "the job to wait for its mark")
-    worker.jobs._commit_marks(consumer)
+    await poll(lambda: bool(worker.jobs.consuming.marks), 5, "the job to wait for its mark")
+    worker.jobs.consuming.commit_marks(consumer)
     await poll(task.done, 5, "the job to end")
     await worker.jobs.publisher.settled()
     assert site.hits == ["/e"] and producer.records == []  # its new owner reports it, not this worker
@@ -209,13 +209,13 @@ async def test_a_mark_refused_during_a_rebalance_is_asked_again_and_the_partitio
     clock, producer = Clock(), FakeProducer()
     worker = worker_with(clock, producer)
     consumer = RecordingConsumer(producer, refuse=KafkaError(KafkaError.ILLEGAL_GENERATION, "rebalancing"))
-    worker.jobs._consumer = consumer
+    worker.jobs.consuming.consumer = consumer
     task = start(worker, session, message(make_job(site.url("/f")), offset=3))
-    await poll(lambda: bool(worker.jobs._marks), 5, "the job to wait for its mark")
-    worker.jobs._commit_marks(consumer)
-    assert worker.jobs.membership.owns(TP) is True and len(worker.jobs._marks) == 1 and not task.done()
+    await poll(lambda: bool(worker.jobs.consuming.marks), 5, "the job to wait for its mark")
+    worker.jobs.consuming.commit_marks(consumer)
+    assert worker.jobs.membership.owns(TP) is True and len(worker.jobs.consuming.marks) == 1 and not task.done()
     consumer.refuse = None
-    worker.jobs._commit_marks(consumer)
+    worker.jobs.consuming.commit_marks(consumer)
     await poll(task.done, 5, "the report")
     await worker.jobs.publisher.settled()
     assert [fb.outcome for fb in producer.feedback()] == ["fetched"] and len(consumer.commits) == 2

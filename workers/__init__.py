@@ -1,17 +1,14 @@
-"""Fetch workers: the worker API any code can take jobs through, and the project's own worker on it.
+"""Fetch workers, a room each: the worker API any code takes jobs through, and the workers on it.
 
-- ``jobs``        :class:`~workers.jobs.Jobs`: the worker API (async pull ``async for`` and callback ``serve``);
-  assembled from ``base`` (its fields), ``holding`` (until a job may be sent), ``reporting``
-  (what is published, in the protocol's order) and ``consuming`` (the Kafka consumer)
-- ``leased``      :class:`~workers.leased.LeasedJob` (a job in user code's hands) and ``Outcome``
-- ``blocking``    the same for threads and task queues (``BlockingJobs``, ``BlockingJob``)
-- ``publishing``  records out, acknowledged: pages, follow-ups, batched feedback, rejections
-- ``gates``, ``offsets``, ``addresses``, ``safety``  per-host timing, committable offsets, address checks
-- ``fetch``, ``builtin``, ``followups``, ``links``  the built-in aiohttp fetcher and what a page leads to
-- ``worker``      the project's worker: the API serving the built-in fetcher or a ``--fetcher``
-- ``examples``    workers by other code (requests, httpx, urllib), crawled in CI
+- ``api``       the worker API (:class:`~workers.api.jobs.Jobs`, :class:`~workers.api.leased.LeasedJob`,
+  ``Outcome``, the blocking shapes) and what it needs to keep the protocol and stay polite,
+  including the built-in aiohttp fetcher it fetches robots.txt with
+- ``fetcher``   the project's worker process (``crawl-frontier worker``): the API serving the built-in
+  fetcher or a ``--fetcher``
+- ``scrapy``    Scrapy spiders on the API: the add-on ``workers.scrapy.FrontierAddon`` (settings only)
+- ``examples``  workers by other code (requests, httpx, urllib) and a Scrapy project, crawled in CI
 
-May import: ``workers``, ``frontier.core``, ``frontier.config``, ``frontier.kafka``,
-``frontier.intake.urls``, ``frontier.observability.metrics`` and ``topics``; never the
-partition or the service (a worker knows the frontier only through its topics).
+The rooms import downwards only: ``api`` none of the others, the others ``api`` (and not one
+another); no module of ``workers`` imports, even lazily or for types only, one that imports it
+back (tests/test_layout.py). This package itself imports nothing.
 """

@@ -17,7 +17,7 @@ The URL that is *fetched* (:func:`as_given`) keeps the user's spelling of a host
 its trailing dot: ``example.com.`` is a different ``Host`` header, and a virtual host may
 answer it differently. IP literals are rewritten there too (dotted decimal IPv4, compressed
 IPv6): every WHATWG parser does the same, so the server cannot tell the difference, and the
-worker's address check (``workers.safety``) sees the plain address.
+worker's address check (``workers.api.safety``) sees the plain address.
 
 **Scope limits.** A submission names at most :data:`MAX_SCOPES` distinct scopes, each at most
 :data:`MAX_SCOPE_CHARS` characters, together at most :data:`MAX_SCOPES_CHARS`; duplicates

@@ -21,10 +21,10 @@ from frontier.config import Config
 from tests.bench.common import parser, report, size
 from tests.test_worker_jobs import FakeMessage
 from topics.schemas import Job, UrlItem, encode
-from workers.holding import GATE_IDLE
-from workers.leased import LeasedJob, Outcome
-from workers.publishing import Publisher
-from workers.worker import FetchWorker
+from workers.api import LeasedJob, Outcome
+from workers.api.holding import GATE_IDLE
+from workers.api.publishing import Publisher
+from workers.fetcher.worker import FetchWorker
 
 
 def rss_mb() -> float:

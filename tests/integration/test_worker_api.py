@@ -44,7 +44,7 @@ def start(stack: Stack, example: str, name: str, how: list[str]) -> None:
     if how[:1] == ["worker"]:
         stack.start_worker(name, 4, *how[1:])
     elif how == ["readme"]:
-        [code] = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if "workers.jobs" in b]
+        [code] = [b for b in re.findall(r"```python\n(.*?)```", README.read_text(), re.S) if "workers.api" in b]
         script = stack.workdir / "readme_worker.py"
         script.write_text(code.replace('load("crawl.toml")', f"load({str(stack.config_path)!r})"))
         stack.start_program(name, str(script))

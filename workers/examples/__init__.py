@@ -5,5 +5,6 @@ and each crawled by the integration tests (tests/integration/test_worker_api.py)
 - ``partial``: async, ``httpx``, fetches only some jobs and declines the rest;
 - ``background``: the seed-004 shape, independent processes that take jobs between other work.
 
-May import: ``workers`` (the API), ``frontier.config``, and their HTTP clients.
+May import: ``workers.examples``, ``workers.api`` (the API, by its public names), ``frontier.config``,
+and their HTTP clients.
 """

@@ -19,7 +19,7 @@ import urllib.error
 import urllib.request
 from email.message import Message
 
-from workers.blocking import BlockingJob, BlockingJobs
+from workers.api import BlockingJob, BlockingJobs
 from workers.examples.common import options
 
 log = logging.getLogger("background")

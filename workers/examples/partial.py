@@ -16,9 +16,8 @@ import time
 
 import httpx
 
+from workers.api import Jobs, LeasedJob
 from workers.examples.common import options
-from workers.jobs import Jobs
-from workers.leased import LeasedJob
 
 NETWORK = {httpx.TimeoutException: "timeout", httpx.ConnectError: "connect", httpx.ReadError: "reset",
            httpx.RemoteProtocolError: "reset"}  # fmt: skip

@@ -19,9 +19,8 @@ from collections.abc import Callable
 import requests
 
 from frontier.config import Config, WorkerConfig
-from workers.blocking import BlockingJob, BlockingJobs
+from workers.api import BlockingJob, BlockingJobs, Outcome
 from workers.examples.common import options
-from workers.leased import Outcome
 
 _local = threading.local()
 

@@ -24,7 +24,7 @@ from scrapy.exceptions import IgnoreRequest
 from scrapy.http import Response
 
 from topics.schemas import NETWORK_ERRORS
-from workers.leased import Outcome
+from workers.api import Outcome
 from workers.scrapy.requests import HANDED_BACK, JOB_KEY, PARENT_KEY, check_request
 from workers.scrapy.scheduler import Entry, scheduler_of
 

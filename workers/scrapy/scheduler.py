@@ -39,8 +39,7 @@ from frontier.client import FrontierClient
 from frontier.config import Config, load
 from frontier.kafka import KafkaUnreachable
 from topics.schemas import Submission
-from workers.jobs import Jobs
-from workers.leased import LeasedJob, Outcome
+from workers.api import Jobs, LeasedJob, Outcome
 from workers.scrapy.closing import DoneWatch
 from workers.scrapy.requests import HANDED_BACK, JOB_KEY, PARENT_KEY, UnencodableRequest, to_request, to_submission
 

@@ -15,9 +15,10 @@ def _set_event() -> asyncio.Event:
 class _HostGate:
     """One host's local timing, as seen by this worker.
 
-    Cheap while idle (one small slotted object per host ever seen until :meth:`FetchWorker.prune_gates`
-    forgets it): the lock and the event exist only while a job of the host is using the gate
-    (``users`` > 0, from taking it to the end of its fetch) and are dropped when the last one leaves.
+    Cheap while idle (one small slotted object per host ever seen until
+    :meth:`~workers.api.holding.Holder.prune_gates` forgets it): the lock and the event exist only
+    while a job of the host is using the gate (``users`` > 0, from taking it to the end of its
+    fetch) and are dropped when the last one leaves.
     A fresh lock is unlocked and a fresh event is set, which is what an idle gate's were.
     """
 

@@ -8,50 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Collection
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
 
-from frontier.config import BACKOFF_CODES
-from frontier.core.headers import THROTTLE_HEADERS
-from topics.schemas import NETWORK_ERRORS, Submission
-from workers.safety import BlockedAddress
-
-
-@dataclass
-class FetchResult:
-    """What came of one fetch (also what user code reports through the worker API, as ``Outcome``)."""
-
-    sent_at: float = 0.0  # epoch seconds the request went out (0: unknown, or never sent)
-    status: int = 0
-    latency: float = 0.0
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-    truncated: bool = False
-    error: str = ""  # error kind when no response was received
-    done_at: float = 0.0  # when the response ended (set by the worker once the body is read)
-    links: list[str] | None = None  # URLs to follow; None: the same-site links of an HTML body
-    # submissions to publish with the page instead of the redirect target and links (None: those);
-    # an adapter that builds its own requests (Scrapy) gives them here, so they land before the feedback
-    follow_ups: list[Submission] | None = None
-    page: bool = True  # False: publish no page on crawl.pages (the follow-ups and the feedback still go)
-
-    @property
-    def content_type(self) -> str:
-        return self.headers.get("content-type", "")
-
-
-def is_retryable(result: FetchResult, codes: Collection[int] = BACKOFF_CODES) -> bool:
-    """Worth another attempt (bounded by the job's retries_left): exactly what the frontier backs
-    off on, network errors and the backoff ``codes`` (429, 502-504, 520-524 by default). Other
-    statuses (500, 501, 505, ...) are answers: a retry without backoff would only repeat them."""
-    return result.error in NETWORK_ERRORS or result.status in codes
-
-
-def throttle_headers(headers: dict[str, str]) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k in THROTTLE_HEADERS}
+from workers.api.outcome import FetchResult
+from workers.api.safety import BlockedAddress
 
 
 def send_tracer() -> aiohttp.TraceConfig:
@@ -91,7 +54,7 @@ async def fetch(
     ``sent_at`` and the latency start when the request headers were sent (with
     :func:`send_tracer` on the session), and ``on_sent`` is called with that time.
     ``on_headers`` is called with the result as soon as the status and headers are in, before
-    the body is read (a worker closes a host's window at once, see ``FetchWorker._answered``).
+    the body is read (a worker closes a host's window at once, see :meth:`~workers.api.holding.Holder.answered`).
     """
     loop = asyncio.get_running_loop()
     result = FetchResult(sent_at=time.time())

@@ -10,8 +10,8 @@ from urllib.parse import urljoin, urlsplit
 from w3lib.encoding import html_to_unicode
 
 from topics.schemas import Submission, UrlItem
-from workers.fetch import FetchResult
-from workers.links import header_nofollow, same_site_links
+from workers.api.links import header_nofollow, same_site_links
+from workers.api.outcome import FetchResult
 
 log = logging.getLogger("worker")
 

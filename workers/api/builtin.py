@@ -1,4 +1,4 @@
-"""The built-in fetcher: aiohttp through :class:`~workers.safety.SafeConnector` (addresses checked
+"""The built-in fetcher: aiohttp through :class:`~workers.api.safety.SafeConnector` (addresses checked
 at connect time, every redirect hop too), the request's send time taken when its headers leave,
 windows the host announces applied as soon as the response headers are in, bodies capped, no
 redirect followed and no request retried (only the frontier decides to send again).
@@ -14,9 +14,10 @@ import logging
 import aiohttp
 
 from frontier.config import Config
-from workers.fetch import FetchResult, fetch, send_tracer
-from workers.leased import LeasedJob
-from workers.safety import AddressPolicy, SafeConnector
+from workers.api.fetch import fetch, send_tracer
+from workers.api.leased import LeasedJob
+from workers.api.outcome import FetchResult
+from workers.api.safety import AddressPolicy, SafeConnector
 
 log = logging.getLogger("worker")
 

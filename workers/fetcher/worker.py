@@ -1,12 +1,12 @@
-"""The project's fetch worker: the worker API (:mod:`workers.jobs`) serving a fetcher, the built-in
-aiohttp one (:mod:`workers.builtin`) unless another is named with ``--fetcher package.module:factory``
+"""The project's fetch worker: the worker API (:mod:`workers.api.jobs`) serving a fetcher, the built-in
+aiohttp one (:mod:`workers.api.builtin`) unless another is named with ``--fetcher package.module:factory``
 or ``worker.fetcher`` in the configuration.
 
 A fetcher factory is called with the :class:`~frontier.config.Config` and returns either an object
 with a ``fetch(job)`` method (and optionally ``close()``), or the fetch callable itself. ``fetch``
-may be a coroutine function, given a :class:`~workers.leased.LeasedJob`, or a plain function, run
-in a thread and given a :class:`~workers.blocking.BlockingJob`; it returns an
-:class:`~workers.leased.Outcome` or reports through the job itself (docs/WORKERS.md).
+may be a coroutine function, given a :class:`~workers.api.leased.LeasedJob`, or a plain function, run
+in a thread and given a :class:`~workers.api.blocking.BlockingJob`; it returns an
+:class:`~workers.api.leased.Outcome` or reports through the job itself (docs/WORKERS.md).
 """
 
 from __future__ import annotations
@@ -23,10 +23,8 @@ from typing import Any
 from frontier.config import Config, ConfigError
 from frontier.kafka import Kafka
 from topics.schemas import DEFAULT_CRAWL
-from workers.blocking import BlockingJob
-from workers.builtin import AiohttpFetcher
-from workers.jobs import Jobs
-from workers.leased import LeasedJob, Outcome
+from workers.api import BlockingJob, Jobs, LeasedJob, Outcome
+from workers.api.builtin import AiohttpFetcher
 
 log = logging.getLogger("worker")
 TIMEOUT_GRACE = 1.0  # seconds a user fetcher may run past the job's timeout before it counts as one

@@ -1,46 +1,79 @@
-"""Holding a job until it may be sent: a slot among ``concurrency``, then the host's gate
-(:mod:`workers.gates`): ``not_before``, this worker's last send to the host plus ``min_gap``, a
-window the host announced, a server-stated floor from the end of its previous response
-(THROTTLING.md v2 §4, §9). Also what user code tells along the way (``sent``, ``answered``) and
-the pruning of idle gates."""
+"""Holding a job until it may be sent (:class:`Holder`): a slot among ``concurrency``, then the
+host's gate (:mod:`workers.api.gates`): ``not_before``, this worker's last send to the host plus
+``min_gap``, a window the host announced, a server-stated floor from the end of its previous
+response (THROTTLING.md v2 §4, §9). Also what user code tells along the way (``sent``,
+``answered``), a job's slot and gate given back (``leave``) and the pruning of idle gates.
+
+It knows nothing of Kafka or of reports: whether a job's partition is still this worker's is
+asked of an :class:`Ownership` (the consumer), and what becomes of a job it does not hand over
+is its caller's to decide (:class:`Held`).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
+from collections import defaultdict
+from typing import Protocol
 
+from frontier.config import ThrottleConfig
 from frontier.core.headers import gate_seconds
 from frontier.core.policy import with_margin
+from frontier.observability.metrics import WorkerMetrics
 from topics.schemas import NETWORK_ERRORS, Job
-from workers.base import JobsBase
-from workers.fetch import FetchResult
-from workers.gates import _HostGate
-from workers.leased import LeasedJob, Outcome
+from workers.api.gates import _HostGate
+from workers.api.leased import LeasedJob
+from workers.api.outcome import BackoffCodes, FetchResult
 
 log = logging.getLogger("worker")
 
 GATE_IDLE = 600.0  # a host's gate is forgotten after this long without a request (or twice the fetch timeout)
 
 
-class Holding(JobsBase):
-    async def _hold(self, leased: LeasedJob) -> bool:
-        """Wait for a slot and the host's send time; True once it is handed over (this worker's
-        clock says it may be sent, and its partition is still this worker's), False when it was
-        handed back, declined or dropped (its partition moved on: nothing sent, nothing reported)."""
+class Ownership(Protocol):
+    """Whether a job's partition is still this worker's (:class:`~workers.api.consuming.JobConsumer`)."""
+
+    def owns(self, leased: LeasedJob) -> bool | None: ...
+
+    async def still_owns(self, leased: LeasedJob) -> bool: ...
+
+
+class Held(enum.Enum):
+    """How holding a job ended."""
+
+    HANDED = "handed"  # its send time has come: it holds a slot and its host's gate until it leaves
+    LOST = "lost"  # its partition is another worker's now
+    LATE = "late"  # its send time came after its expires_at
+
+
+class Holder:
+    """The slots (``concurrency``), the per-host gates (``gates``) and the jobs holding both
+    (``entered``, from their hand-over until they leave)."""
+
+    def __init__(
+        self,
+        concurrency: int,
+        throttle: ThrottleConfig,
+        fetch_timeout: float,
+        backoff_codes: BackoffCodes,
+        metrics: WorkerMetrics,
+    ) -> None:
+        self.throttle = throttle
+        self.fetch_timeout = fetch_timeout
+        self.backoff_codes = backoff_codes
+        self.metrics = metrics
+        self.gates: dict[str, _HostGate] = defaultdict(_HostGate)
+        self.entered: set[LeasedJob] = set()  # jobs holding a slot and their host's gate
+        self._slots = asyncio.Semaphore(concurrency)
+
+    async def hold(self, leased: LeasedJob, ownership: Ownership) -> Held:
+        """Wait for a slot and the host's send time. ``HANDED``: this worker's clock says it may be
+        sent and its partition is still this worker's; it holds the slot and the gate until
+        :meth:`leave`. ``LOST`` (its partition moved on) or ``LATE`` (its send time came after
+        ``expires_at``): slot and gate are given back, nothing was sent."""
         job = leased.job
-        if not await self.still_owns(leased):
-            self._drop(leased, finish=self.owns(leased) is not False)
-            return False
-        if time.time() > job.expires_at:
-            await self._back(leased)
-            return False
-        if self.addresses is not None and job.kind in self.kinds:
-            blocked = await self.addresses.blocked(job.item.url, leased)
-            if blocked:
-                await self._report(leased, Outcome(error="blocked_address"))
-                return False
-        assert self._slots is not None
         m = self.metrics
         m.held.inc()
         lost = False
@@ -62,9 +95,9 @@ class Holding(JobsBase):
                         if (now := time.time()) < slot:
                             await asyncio.sleep(slot - now)
                             continue
-                        owned = self.owns(leased)
+                        owned = ownership.owns(leased)
                         if owned is None:
-                            owned = await self.still_owns(leased)
+                            owned = await ownership.still_owns(leased)
                             if owned:
                                 continue  # the send time is read again after the wait
                         lost = not owned
@@ -82,19 +115,12 @@ class Holding(JobsBase):
         finally:
             m.held.dec()
         if lost:
-            self._drop(leased, finish=self.owns(leased) is not False)
-            return False
-        if not on_time:  # its send time came after expires_at: the frontier has freed its slot
-            if await self.still_owns(leased):
-                await self._back(leased)
-            else:
-                self._drop(leased, finish=self.owns(leased) is not False)
-            return False
-        self._entered.add(leased)
+            return Held.LOST
+        if not on_time:
+            return Held.LATE
+        self.entered.add(leased)
         m.inflight.inc()
-        assert self._loop is not None
-        self._timers[leased] = self._loop.call_later(job.expires_at + job.timeout - time.time(), self._abandon, leased)
-        return True
+        return Held.HANDED
 
     @staticmethod
     def slot(job: Job, gate: _HostGate) -> float:
@@ -104,10 +130,29 @@ class Holding(JobsBase):
         floor = gate.last_end + job.floor if job.floor and gate.last_end else 0.0
         return max(job.not_before, gate.last_sent + job.min_gap, gate.closed_until, floor)
 
+    def closed(self, host: str, now: float) -> bool:
+        """The host announced a window this worker is inside of."""
+        gate = self.gates.get(host)
+        return gate is not None and gate.closed_until > now
+
+    def leave(self, leased: LeasedJob) -> None:
+        """Give back the job's slot and its host's gate (once)."""
+        if leased not in self.entered:
+            return
+        self.entered.discard(leased)
+        gate = self.gates.get(leased.gate_host)
+        if gate is not None:
+            if leased.holds_idle:  # its request never said it went out: the host's next may go now
+                leased.holds_idle = False
+                gate.idle.set()
+            gate.leave()
+        self._slots.release()
+        self.metrics.inflight.dec()
+
     def sent(self, leased: LeasedJob, at: float) -> None:
         leased.sent_at = at
         gate = self.gates.get(leased.gate_host)
-        if gate is not None and leased in self._entered:
+        if gate is not None and leased in self.entered:
             gate.last_sent = max(gate.last_sent, at)
             if leased.holds_idle:  # once: a second sent() must not open the gate under a later job
                 leased.holds_idle = False
@@ -117,7 +162,7 @@ class Holding(JobsBase):
         """The job is being reported (a timeout) while its fetch may still send (a thread that
         cannot be stopped): the host's next job waits for ``done``, not for the report."""
         gate = self.gates.get(leased.gate_host)
-        if gate is None or leased not in self._entered or not leased.holds_idle or done.done():
+        if gate is None or leased not in self.entered or not leased.holds_idle or done.done():
             return
         leased.holds_idle = False  # leaving will not open the gate: the fetch's end does
         gate.enter()  # and it is not forgotten meanwhile
@@ -132,21 +177,30 @@ class Holding(JobsBase):
         """A window the host announced closes it to this worker's held jobs, from the moment its
         headers are in (the body is not waited for: meanwhile another job could be sent)."""
         gate = self.gates.get(leased.gate_host)
-        if gate is None or leased not in self._entered:
+        if gate is None or leased not in self.entered:
             return
         now = time.time()
         trigger = result.error in NETWORK_ERRORS or result.status in self.backoff_codes(leased.job)
         closed = gate_seconds(result.status, result.headers, trigger, now)
         if closed is not None:
-            until = now + with_margin(min(closed[0], self.cfg.throttle.for_scope(leased.gate_host).gate_max))
+            until = now + with_margin(min(closed[0], self.throttle.for_scope(leased.gate_host).gate_max))
             if until > gate.closed_until:
                 gate.closed_until = until
                 log.info("%s: %s, holding its jobs until +%.1fs", leased.gate_host, closed[1], until - now)
 
-    def _unsend(self, leased: LeasedJob) -> None:
+    def finished(self, leased: LeasedJob, outcome: FetchResult, told: float) -> None:
+        """The job's request went out (or was attempted), surely by ``told`` (0: not said): the
+        host's next request is timed from it, a server-stated floor from the response's end."""
+        gate = self.gates.get(leased.gate_host)
+        if gate is not None and leased in self.entered:
+            self.answered(leased, outcome)
+            gate.last_sent = max(gate.last_sent, told or outcome.done_at)
+            gate.last_end = max(gate.last_end, outcome.done_at)  # server-stated floors count from here
+
+    def unsend(self, leased: LeasedJob) -> None:
         """No request went out after all: the host's last send is what it was before this job."""
         gate = self.gates.get(leased.gate_host)
-        if gate is not None and leased in self._entered and gate.last_sent == leased.handed_at and not leased.sent_at:
+        if gate is not None and leased in self.entered and gate.last_sent == leased.handed_at and not leased.sent_at:
             gate.last_sent = leased._prev_sent
 
     def prune_gates(self, now: float) -> int:
@@ -154,7 +208,7 @@ class Holding(JobsBase):
         holds or waits for them, no window is open), so memory does not grow with every host ever
         seen. What the frontier schedules does not depend on them; a forgotten host's next job
         starts a fresh gate. Returns how many were forgotten."""
-        idle_for = max(GATE_IDLE, 2 * self.cfg.frontier.fetch_timeout)
+        idle_for = max(GATE_IDLE, 2 * self.fetch_timeout)
         stale = [host for host, g in self.gates.items()
                  if now - max(g.last_sent, g.last_end, g.closed_until) > idle_for
                  and not g.busy()]  # fmt: skip

@@ -1,4 +1,4 @@
-"""The address check for fetchers that do not connect through :class:`~workers.safety.SafeConnector`
+"""The address check for fetchers that do not connect through :class:`~workers.api.safety.SafeConnector`
 (any other HTTP client): before a job is handed over, its host is resolved and the job is
 declined (error ``blocked_address``) when every address is one the worker may not reach.
 
@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from workers.safety import AddressPolicy
+from workers.api.safety import AddressPolicy
 
 TTL = 300.0  # seconds a resolution is reused (as the built-in fetcher's DNS cache)
 CACHED_HOSTS = 10_000

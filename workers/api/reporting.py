@@ -1,75 +1,87 @@
-"""What a job's report becomes, in the protocol's order (docs/PROTOCOL.md): the job's offset
-committed as done (so the partition's next owner never fetches a job whose report landed); the page
-and its follow-ups, acknowledged; then the feedback that closes the lease. A page Kafka refuses becomes a
+"""What a job's report becomes, in the protocol's order (docs/PROTOCOL.md): the page and its
+follow-ups, acknowledged; then the feedback that closes the lease. A page Kafka refuses becomes a
 small error page; when not even that goes out, no feedback (the lease expires, the job comes
 back). Also a skipped job's page and feedback, a hand-back, and the rejection of a job that
-does not decode."""
+does not decode.
+
+:class:`Reporter` publishes only: before it is asked, the job has left its slot and its offset is
+committed as done (so the partition's next owner never fetches a job whose report landed);
+:class:`~workers.api.jobs.Jobs` sees to both.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from confluent_kafka import Message
 
 from frontier.kafka import coordinates
-from topics.schemas import SKIPPED_VERSION, Feedback, Page, Rejected, SchemaError
-from workers.base import JobsBase
-from workers.fetch import is_retryable, throttle_headers
-from workers.followups import follow_ups, page_headers
-from workers.leased import LeasedJob, Outcome
+from frontier.observability.metrics import WorkerMetrics
+from topics.catalog import Topics
+from topics.schemas import SKIPPED_VERSION, Feedback, Job, Page, Rejected, SchemaError
+from workers.api.followups import follow_ups, page_headers
+from workers.api.leased import LeasedJob, Outcome
+from workers.api.outcome import BackoffCodes, is_retryable, throttle_headers
+from workers.api.publishing import Publisher
 
 log = logging.getLogger("worker")
 
 
-class Reporting(JobsBase):
-    async def _report(self, leased: LeasedJob, outcome: Outcome) -> None:
-        leased.reported = True
-        self._leave(leased)
-        try:
-            if not await self.mark_done(leased):
-                return  # the partition is another worker's: nothing of it is reported here
-            job = leased.job
-            max_body = self.max_body(job)
-            if len(outcome.body) > max_body:
-                outcome.body, outcome.truncated = outcome.body[:max_body], True
-            self.fetched += 1
-            self.metrics.observe(job.kind, "error" if outcome.error else "fetched", outcome.status, outcome.latency)
-            await self._conclude(leased, outcome)
-        finally:
-            self._done(leased)
+class Reporter:
+    """Publishes reports through ``publisher`` (set by :meth:`Jobs.start
+    <workers.api.jobs.Jobs.start>`; tests set it directly) and counts them: ``fetched`` (an
+    outcome, fetched or failed), ``skipped``, ``returned`` (handed back)."""
 
-    async def _skipped(self, leased: LeasedJob, reason: str) -> None:
+    def __init__(
+        self,
+        topics: Topics,
+        name: str,
+        agent: str,
+        max_redirects: int,
+        max_body: Callable[[Job], int],
+        backoff_codes: BackoffCodes,
+        metrics: WorkerMetrics,
+    ) -> None:
+        self.topics = topics
+        self.name = name
+        self.agent = agent
+        self.max_redirects = max_redirects
+        self.max_body = max_body
+        self.backoff_codes = backoff_codes
+        self.metrics = metrics
+        self.publisher: Publisher
+        self.fetched = self.returned = self.skipped = 0
+
+    async def report(self, leased: LeasedJob, outcome: Outcome) -> None:
+        """A fetch's outcome (a response, or an error): its page and follow-ups, then the feedback."""
+        job = leased.job
+        max_body = self.max_body(job)
+        if len(outcome.body) > max_body:
+            outcome.body, outcome.truncated = outcome.body[:max_body], True
+        self.fetched += 1
+        self.metrics.observe(job.kind, "error" if outcome.error else "fetched", outcome.status, outcome.latency)
+        await self._conclude(leased, outcome)
+
+    async def report_skip(self, leased: LeasedJob, reason: str) -> None:
         """Declined without a request: a ``skipped`` page, acknowledged, then the feedback."""
-        self._leave(leased)
-        try:
-            if not await self.mark_done(leased):
-                return
-            item = leased.item
-            page = Page(v=SKIPPED_VERSION, url=item.url, outcome="skipped", error=reason[:500], meta=item.meta,
-                        fetched_at=time.time(), worker=self.name, crawl=item.crawl)  # fmt: skip
-            if problem := await self.publisher.deliver(self.topics.pages, page, key=item.url.encode()):
-                log.error("%s: skipped page not published (%s); no feedback: the lease expires", item.url, problem)
-                return
-            self.skipped += 1
-            self.metrics.observe(leased.kind, "skipped", 0, 0.0)
-            await self.publisher.report(self._feedback(leased, Outcome(), "skipped"))
-        finally:
-            self._done(leased)
+        item = leased.item
+        page = Page(v=SKIPPED_VERSION, url=item.url, outcome="skipped", error=reason[:500], meta=item.meta,
+                    fetched_at=time.time(), worker=self.name, crawl=item.crawl)  # fmt: skip
+        if problem := await self.publisher.deliver(self.topics.pages, page, key=item.url.encode()):
+            log.error("%s: skipped page not published (%s); no feedback: the lease expires", item.url, problem)
+            return
+        self.skipped += 1
+        self.metrics.observe(leased.kind, "skipped", 0, 0.0)
+        await self.publisher.report(self._feedback(leased, Outcome(), "skipped"))
 
-    async def _back(self, leased: LeasedJob) -> None:
+    async def report_back(self, leased: LeasedJob) -> None:
         """Handed back unfetched (feedback ``expired``): the frontier queues it again."""
-        leased.reported = True
-        self._leave(leased)
-        try:
-            if not await self.mark_done(leased):
-                return
-            self.returned += 1
-            self.metrics.observe(leased.kind, "expired", 0, 0.0)
-            await self.publisher.report(self._feedback(leased, Outcome(), "expired"))
-        finally:
-            self._done(leased)
+        self.returned += 1
+        self.metrics.observe(leased.kind, "expired", 0, 0.0)
+        await self.publisher.report(self._feedback(leased, Outcome(), "expired"))
 
     async def _conclude(self, leased: LeasedJob, result: Outcome) -> None:
         """Publish what the fetch produced, then the feedback that closes the lease."""
@@ -87,7 +99,7 @@ class Reporting(JobsBase):
                 return
             subs = result.follow_ups
             if subs is None:
-                subs = follow_ups(item, result, self.cfg.worker.max_redirects, self.agent)
+                subs = follow_ups(item, result, self.max_redirects, self.agent)
             page, *followed = await asyncio.gather(
                 self.publisher.deliver(self.topics.pages, self._page(leased, result), key=item.url.encode())
                 if result.page
@@ -142,7 +154,8 @@ class Reporting(JobsBase):
             worker=self.name, crawl=leased.item.crawl,
         )  # fmt: skip
 
-    async def _reject(self, msg: Message, exc: SchemaError) -> None:
+    async def reject(self, msg: Message, exc: SchemaError) -> None:
+        """A job that does not decode: a rejection with its original on ``crawl.rejected``."""
         topic, partition, offset = coordinates(msg)
         log.error("undecodable job at %s[%d]@%d: %s", topic, partition, offset, exc)
         rejected = Rejected(reason=f"undecodable: {exc}", original=msg.value() or b"", topic=topic,

@@ -17,15 +17,31 @@ import asyncio
 import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Protocol
 
 from topics.schemas import Job, UrlItem
-from workers.fetch import FetchResult
-
-if TYPE_CHECKING:
-    from workers.jobs import Jobs
+from workers.api.outcome import FetchResult, lower_headers
 
 Outcome = FetchResult  # what user code reports: status, headers, body, sent_at, done_at, error, links
+
+
+class Lessor(Protocol):
+    """What a :class:`LeasedJob` calls of the worker API that handed it over (the API's
+    :class:`~workers.api.jobs.Jobs`): the job's reports and what it tells along the way."""
+
+    def max_body(self, job: Job) -> int: ...
+
+    def sent(self, leased: LeasedJob, at: float) -> None: ...
+
+    def answered(self, leased: LeasedJob, result: FetchResult) -> None: ...
+
+    def keep_gate_until(self, leased: LeasedJob, done: asyncio.Future[object]) -> None: ...
+
+    async def finish(self, leased: LeasedJob, outcome: Outcome) -> None: ...
+
+    async def skip(self, leased: LeasedJob, reason: str) -> None: ...
+
+    async def release(self, leased: LeasedJob) -> None: ...
 
 
 class AlreadyReported(RuntimeError):
@@ -33,7 +49,7 @@ class AlreadyReported(RuntimeError):
 
 
 class JobFacts:
-    """What a job says, for both handles (:class:`LeasedJob`, :class:`~workers.blocking.BlockingJob`)."""
+    """What a job says, for both handles (:class:`LeasedJob`, :class:`~workers.api.blocking.BlockingJob`)."""
 
     __slots__ = ()
 
@@ -75,7 +91,7 @@ class LeasedJob(JobFacts):
     __slots__ = ("_coords", "_jobs", "_prev_sent", "addresses", "gate_host", "handed_at", "holds_idle", "job",
                  "reported", "sent_at")  # fmt: skip
 
-    def __init__(self, jobs: Jobs, job: Job, coords: tuple[str, int, int]) -> None:
+    def __init__(self, jobs: Lessor, job: Job, coords: tuple[str, int, int]) -> None:
         self._jobs = jobs
         self._coords = coords
         self.job = job
@@ -176,10 +192,3 @@ class LeasedJob(JobFacts):
             await self.release()
         # a cancellation (a timeout, a revoke) or an interrupt is not the job's result: the caller
         # decides (the project's worker reports a timeout; a revoke leaves it to the lease)
-
-
-def lower_headers(headers: Mapping[str, Any]) -> dict[str, str]:
-    """Headers as the protocol carries them: a plain dict, names lower-cased, values as text."""
-    if type(headers) is dict and all(type(k) is str and k.islower() and type(v) is str for k, v in headers.items()):
-        return headers
-    return {str(k).lower(): str(v) for k, v in headers.items()}

@@ -1,6 +1,6 @@
 """The worker API for blocking code: thread pools, task queues, any HTTP client that blocks.
 
-:class:`BlockingJobs` runs :class:`~workers.jobs.Jobs` on an event loop in a thread of its own;
+:class:`BlockingJobs` runs :class:`~workers.api.jobs.Jobs` on an event loop in a thread of its own;
 iterating it gives :class:`BlockingJob` handles, each once it may be sent, never more than
 ``concurrency`` at a time in user code's hands. Their methods block until done and may be
 called from any thread::
@@ -25,8 +25,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from frontier.config import Config
 from topics.schemas import Job
-from workers.jobs import Jobs
-from workers.leased import JobFacts, LeasedJob, Outcome
+from workers.api.jobs import Jobs
+from workers.api.leased import JobFacts, LeasedJob, Outcome
 
 log = logging.getLogger("worker")
 T = TypeVar("T")
@@ -60,7 +60,7 @@ def _on_loop(method: Callable[Concatenate[LeasedJob, P], None]) -> Callable[Conc
 
 
 class BlockingJob(JobFacts):
-    """A :class:`~workers.leased.LeasedJob` for blocking code: the same reports, as blocking calls."""
+    """A :class:`~workers.api.leased.LeasedJob` for blocking code: the same reports, as blocking calls."""
 
     __slots__ = ("_loop", "leased")
 
@@ -107,7 +107,7 @@ class BlockingJob(JobFacts):
 
 
 class BlockingJobs:
-    """:class:`~workers.jobs.Jobs` (same arguments) behind a blocking iterator."""
+    """:class:`~workers.api.jobs.Jobs` (same arguments) behind a blocking iterator."""
 
     def __init__(self, cfg: Config, **kwargs: Any) -> None:
         self.jobs = Jobs(cfg, **kwargs)

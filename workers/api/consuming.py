@@ -10,12 +10,17 @@ import asyncio
 import logging
 import threading
 import time
+from collections import defaultdict
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from frontier.kafka import coordinates
-from frontier.observability.metrics import lag
-from workers.base import JobsBase
+from frontier.observability.metrics import WorkerMetrics, lag
+from workers.api.leased import LeasedJob
+from workers.api.membership import Membership
+from workers.api.offsets import OffsetTracker
 
 log = logging.getLogger("worker")
 
@@ -24,25 +29,71 @@ log = logging.getLogger("worker")
 # partitions, and a commit made meanwhile gets it (measured); asked again, it goes through.
 LOST_CODES = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.FENCED_INSTANCE_ID})
 MARK_PATIENCE = 2.0  # seconds a report waits for its done mark to be committed, then goes anyway
+CONFIRM_WAIT = 30.0  # seconds a held job waits for the group to confirm its partition after a stall
 
 GATE_PRUNE_EVERY = 60.0  # seconds between two sweeps of idle gates
 
 
-class Consuming(JobsBase):
-    def _start(self, msg: Message) -> asyncio.Task[None]:
+class JobConsumer:
+    """The consumer's side of a worker: the Kafka consumer (``consumer``, set by :meth:`start`;
+    tests set it directly), whether the partitions are still this worker's (``membership``), the
+    job tasks by partition (``running``) and those among them still held (``held``: not handed
+    over, so a revoke or a loss may cancel them), and the done marks waiting to be committed
+    (``marks``). Each consumed job goes to ``handle`` in a task of its own; ``prune_gates`` is
+    called every minute; ``stopping`` ends the loop."""
+
+    def __init__(
+        self,
+        tracker: OffsetTracker,
+        handle: Callable[[Message], Coroutine[Any, Any, None]],
+        prune_gates: Callable[[float], int],
+        metrics: WorkerMetrics,
+        *,
+        concurrency: int,
+        stopping: threading.Event,
+        measure_lag: bool,
+        revoke_grace: float,
+    ) -> None:
+        self.tracker = tracker
+        self.handle = handle
+        self.prune_gates = prune_gates
+        self.metrics = metrics
+        self.concurrency = concurrency
+        self.stopping = stopping
+        self.measure_lag = measure_lag
+        # how long a revoke waits for the jobs of the partitions it takes away; then they are cancelled
+        self.revoke_grace = revoke_grace
+        self.consumer: Consumer | None = None
+        self.membership: Membership | None = None  # set by start(): the consumer's partitions (None: all)
+        self.loop: asyncio.AbstractEventLoop | None = None  # the jobs' event loop (set by Jobs)
+        # jobs marked done, waiting for the consumer's loop to commit the mark before they report
+        self.marks: list[tuple[asyncio.Future[bool], float]] = []  # (mark, monotonic time asked)
+        self.running: dict[tuple[str, int], set[asyncio.Task[None]]] = defaultdict(set)  # by (topic, partition)
+        self.held: set[asyncio.Task[None]] = set()  # tasks waiting for a job's slot
+        self.skipped_reported = 0  # re-delivered jobs a previous owner had reported (not fetched again)
+
+    def start(self, consumer: Consumer, topic: str) -> asyncio.Task[None]:
+        """Join the group on ``topic`` with ``consumer``; the loop that takes jobs, in a task."""
+        self.consumer = consumer
+        self.membership = Membership()
+        self.membership.start()
+        consumer.subscribe([topic], on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
+        return asyncio.ensure_future(self.run(consumer))
+
+    def take(self, msg: Message) -> asyncio.Task[None]:
         """Handle one consumed job in a task, tracked by its partition (a revoke may cancel it)."""
         topic, partition, offset = coordinates(msg)
         self.tracker.started(topic, partition, offset)
         task = asyncio.ensure_future(self.handle(msg))
-        running = self._running[(topic, partition)]
+        running = self.running[(topic, partition)]
         running.add(task)
         task.add_done_callback(running.discard)
         return task
 
-    async def _consume(self, consumer: Consumer) -> None:
+    async def run(self, consumer: Consumer) -> None:
         last_commit = last_lag = last_prune = time.monotonic()
         cap = self.concurrency * 4
-        while not self._stop.is_set():
+        while not self.stopping.is_set():
             want = cap - self.tracker.open_count()
             msgs: list[Message] = await asyncio.to_thread(_take, consumer, want) if want > 0 else []
             if want <= 0:
@@ -54,26 +105,54 @@ class Consuming(JobsBase):
                 if self.tracker.reported_before(*coordinates(msg)):
                     self.skipped_reported += 1  # its previous owner's report landed: not fetched again
                     continue
-                self._start(msg)
+                self.take(msg)
             if self.membership is not None and self.membership.suspect:
-                await asyncio.to_thread(self._confirm, consumer)
-            if self._marks:  # jobs about to report: their done marks first (between polls, on this loop)
+                await asyncio.to_thread(self.confirm, consumer)
+            if self.marks:  # jobs about to report: their done marks first (between polls, on this loop)
                 last_commit = time.monotonic()
-                await asyncio.to_thread(self._commit_marks, consumer)
+                await asyncio.to_thread(self.commit_marks, consumer)
             elif time.monotonic() - last_commit > 1.0:
                 last_commit = time.monotonic()
                 self._commit(consumer)
             if time.monotonic() - last_prune > GATE_PRUNE_EVERY:
                 last_prune = time.monotonic()
                 self.prune_gates(time.time())
-            if self.cfg.worker.metrics_port and time.monotonic() - last_lag > 2.0:
+            if self.measure_lag and time.monotonic() - last_lag > 2.0:
                 last_lag = time.monotonic()
                 try:
                     self.metrics.lag.set(await asyncio.to_thread(lag, consumer, consumer.assignment()))
                 except Exception as exc:  # noqa: BLE001 - a metric must never stop the worker
                     log.debug("consumer lag not measured: %s", exc)
 
-    def _on_assign(self, c: Consumer, parts: list[TopicPartition]) -> None:
+    # -- whose the jobs are ---------------------------------------------------------------------
+    def owns(self, leased: LeasedJob) -> bool | None:
+        """Whether the job's partition is still this worker's (None: unknown, after a stall)."""
+        if self.membership is None:
+            return True
+        return self.membership.owns(leased._coords[:2])
+
+    async def still_owns(self, leased: LeasedJob, wait: float = CONFIRM_WAIT) -> bool:
+        """Whether the job's partition is this worker's, waiting (up to ``wait``) for the group to
+        confirm it after a stall; False: the job must go unsent and unreported (another worker has it)."""
+        deadline = time.monotonic() + wait
+        while (owned := self.owns(leased)) is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        return owned is True
+
+    async def mark_done(self, leased: LeasedJob) -> bool:
+        """Before a job's report goes out: its offset is committed as done (the commit's metadata,
+        :mod:`workers.api.offsets`), so a worker that takes the partition over never fetches a job
+        whose report landed. False: the group refused the commit as from an expired member (the job
+        is another worker's now: report nothing). Without a consumer (tests): at once, True."""
+        self.tracker.finished(*leased._coords)
+        if self.consumer is None or self.loop is None:
+            return True
+        mark: asyncio.Future[bool] = self.loop.create_future()
+        self.marks.append((mark, time.monotonic()))
+        return await mark
+
+    # -- the group's callbacks and the commits --------------------------------------------------
+    def on_assign(self, c: Consumer, parts: list[TopicPartition]) -> None:
         """On the consumer's thread: the partitions are this worker's; the jobs their previous owner
         reported above its committed offset (the commit's metadata) are not fetched again."""
         if self.membership is not None:
@@ -88,31 +167,31 @@ class Consuming(JobsBase):
         if skipped:
             log.info("%d jobs of the assigned partitions were reported by their previous owner", skipped)
 
-    def _commit_marks(self, consumer: Consumer, commit: bool = True) -> None:
+    def commit_marks(self, consumer: Consumer, commit: bool = True) -> None:
         """On the consumer's thread (between polls, or in its revoke callback): commit the offsets
         with the jobs marked done, then let their reports go. Refused as from an expired member:
         the partitions are lost, and those reports are not sent (their jobs are others' now); any
         other failure lets them go anyway (a later commit covers the marks; until then a new owner
         could fetch them again: at least once)."""
-        marks, self._marks = self._marks, []
+        marks, self.marks = self.marks, []
         if not marks:
             return
         points = self.tracker.commit_points() if commit else []
         go = True
         error, lost = sync_commit(consumer, points) if points else (None, False)
         if lost and self.membership is not None:
-            self._lose(self.membership.owned(), f"the group refused this worker's commit ({error})")
+            self.lose(self.membership.owned(), f"the group refused this worker's commit ({error})")
             go = False
         elif error is not None:
             # e.g. a rebalance moving the generation: asked again at the next turn, for a while
             now = time.monotonic()
             waiting = [(m, at) for m, at in marks if now - at < MARK_PATIENCE]
             if waiting:
-                self._marks[:0] = waiting
+                self.marks[:0] = waiting
             marks = [(m, at) for m, at in marks if now - at >= MARK_PATIENCE]
             if marks:
                 log.warning("done marks not committed (%s): their reports go anyway", error)
-        loop = self._loop
+        loop = self.loop
         if loop is None or loop.is_closed() or not marks:
             return
 
@@ -123,28 +202,28 @@ class Consuming(JobsBase):
 
         loop.call_soon_threadsafe(settle)
 
-    def _on_lost(self, c: Consumer, parts: list[TopicPartition]) -> None:
+    def on_lost(self, c: Consumer, parts: list[TopicPartition]) -> None:
         """On the consumer's thread: the group expired this member. Its held jobs are dropped at
         once (their partitions' new owners send them); nothing is committed (the group refuses it)."""
-        self._lose({(tp.topic, tp.partition) for tp in parts}, "the group's assignment was lost")
+        self.lose({(tp.topic, tp.partition) for tp in parts}, "the group's assignment was lost")
 
-    def _lose(self, tps: set[tuple[str, int]], why: str) -> None:
+    def lose(self, tps: set[tuple[str, int]], why: str) -> None:
         if self.membership is not None:
             self.membership.revoked(tps)
         self.tracker.forget(tps)
-        loop = self._loop
+        loop = self.loop
         if loop is None or loop.is_closed() or not tps:
             return
         log.warning("%s: partitions %s; their held jobs are dropped unsent", why, sorted(tps))
 
         def drop() -> None:  # held (not handed over) tasks: cancelled; handed-over ones finish and report
             for tp in tps:
-                for task in self._running.get(tp, set()) & self._holding:
+                for task in self.running.get(tp, set()) & self.held:
                     task.cancel()
 
         loop.call_soon_threadsafe(drop)
 
-    def _confirm(self, consumer: Consumer) -> None:
+    def confirm(self, consumer: Consumer) -> None:
         """After a stall: ask the group, with a synchronous commit, whether this member is still in
         it. Accepted: its partitions are still its own. Refused as an expired member: lost."""
         assert self.membership is not None
@@ -161,12 +240,12 @@ class Consuming(JobsBase):
             self.membership.confirmed(asked)
             log.info("the group confirmed this worker's partitions after a stall")
         elif lost:
-            self._lose(self.membership.owned(), f"the group expired this worker during a stall ({error})")
+            self.lose(self.membership.owned(), f"the group expired this worker during a stall ({error})")
         else:  # e.g. a rebalance in progress: asked again at the next turn
             log.info("membership not confirmed yet after a stall: %s", error)
             time.sleep(0.2)
 
-    def _on_revoke(self, c: Consumer, parts: list[TopicPartition]) -> None:
+    def on_revoke(self, c: Consumer, parts: list[TopicPartition]) -> None:
         """On the consumer's thread: drop the jobs of these partitions not sent yet (the new owner
         sends them), finish the ones sent (up to ``revoke_grace``), commit, then let them go.
         Jobs still running then are cancelled: once the partition is given up, they must not send
@@ -180,9 +259,9 @@ class Consuming(JobsBase):
             # reports waiting for their done marks go now: the commit below, before the partitions
             # move (the callback has not returned), carries the marks (a commit per turn in here
             # blocked the rebalance for the whole grace: measured)
-            self._commit_marks(c, commit=False)
+            self.commit_marks(c, commit=False)
             time.sleep(0.05)
-        self._commit_marks(c, commit=False)
+        self.commit_marks(c, commit=False)
         if self._running_in(tps):
             self._cancel(tps)
         self._commit_before_revoke(c, tps)
@@ -197,12 +276,12 @@ class Consuming(JobsBase):
             log.warning("commit on revoke failed: %s", exc)
 
     def _running_in(self, tps: set[tuple[str, int]]) -> int:
-        return sum(1 for tp in tps for task in list(self._running.get(tp, ())) if not task.done())
+        return sum(1 for tp in tps for task in list(self.running.get(tp, ())) if not task.done())
 
     def _cancel(self, tps: set[tuple[str, int]], held_only: bool = False) -> None:
         """Cancel the running jobs of ``tps`` (``held_only``: those not handed over yet) on the
         event loop; return once that is done."""
-        loop = self._loop
+        loop = self.loop
         if loop is None or loop.is_closed():
             return
         cancelled: list[int] = []
@@ -210,8 +289,8 @@ class Consuming(JobsBase):
 
         def cancel() -> None:
             for tp in tps:
-                tasks = self._running.get(tp, set())
-                for task in list(tasks & self._holding if held_only else tasks):
+                tasks = self.running.get(tp, set())
+                for task in list(tasks & self.held if held_only else tasks):
                     cancelled.append(int(task.cancel()))
                     tasks.discard(task)
             requested.set()
