@@ -7,13 +7,17 @@ import sys
 
 import pytest
 
+TIMEOUT = {"versus_scrapy_spider": 600}  # three crawls of their own, Scrapy processes started each time
+
 
 @pytest.mark.parametrize(
-    "bench", ["kafka_ceiling", "ingest", "dispatch", "crawls", "memory", "scaleout", "versus_scrapy", "floors"]
-)
+    "bench",
+    ["kafka_ceiling", "ingest", "dispatch", "crawls", "memory", "scaleout", "versus_scrapy", "versus_scrapy_spider",
+     "floors"],
+)  # fmt: skip
 def test_benchmark_runs(bootstrap: str, bench: str) -> None:
     run = subprocess.run([sys.executable, "-m", f"tests.bench.{bench}", "--smoke", "--bootstrap", bootstrap],
-                         capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+                         capture_output=True, text=True, timeout=TIMEOUT.get(bench, 300), check=False)  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     figures = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert figures and all(f["bench"].startswith(bench) for f in figures)
@@ -32,3 +36,15 @@ def test_benchmark_runs(bootstrap: str, bench: str) -> None:
         assert len(kinds) == 9, kinds  # every kind of site, judged by its own log
         assert all(f["inside_windows"] == 0 and f["under_crawl_delay"] == 0 and f["disallowed_fetched"] == 0
                    for f in kinds), kinds  # fmt: skip
+    if bench == "versus_scrapy_spider":  # the same spider plain and on the frontier, judged by the sites
+        totals = [f for f in figures if f.get("kind") == "total"]
+        assert [f["run"] for f in totals] == ["scrapy", "frontier-1", "frontier-3"], totals
+        for f in totals:  # each run to completion: the spiders closed by themselves, every book an item
+            assert f["all_exited"] and f["exit_codes"] == [0] * f["processes"], f
+            assert f["finish_reasons"] == ["finished"] * f["processes"], f
+            assert f["items_expected"] > 0 and f["items_missing"] == f["items_unexpected"] == 0, f
+        assert totals[0]["addon_log_lines"] == 0 and all(f["addon_log_lines"] > 0 for f in totals[1:]), totals
+        ours = [f for f in figures if f["bench"] == bench and f["run"].startswith("frontier")]
+        assert len(ours) == 2 * 10, ours  # 9 kinds and a total, per run
+        assert all(f["gate_violations"] == 0 and f["disallowed_fetched"] == 0 and f["under_crawl_delay"] == 0
+                   for f in ours), ours  # fmt: skip
