@@ -27,6 +27,7 @@ from msgspec.structs import replace
 from deploy.kafka import free_port
 from frontier.config import BackoffSettings, Config, ScopeSettings, ThrottleConfig
 from topics.schemas import Feedback, FeedbackBatch, Job, Page, Submission, UrlItem, decode, encode
+from workers.api import Jobs
 from workers.api.publishing import Publisher
 from workers.fetcher.worker import FetchWorker
 
@@ -354,6 +355,32 @@ async def test_a_revoke_cancels_the_jobs_still_running_after_its_grace(
     await asyncio.wait_for(kept, 10)
     await worker.jobs.publisher.settled()
     assert "/later" not in site.hits and producer.feedback()[0].lease == "B"
+
+
+async def test_a_revoke_waits_for_a_job_in_user_codes_hands_and_commits_its_report(site: Site) -> None:
+    """The pull shape (``async for``, the Scrapy add-on): a job handed over and not yet reported
+    when its partition is revoked is waited for (up to the grace) like a handler's, so its done
+    mark goes with the revoke's commit and the partition's next owner does not fetch it again."""
+    producer = FakeProducer()
+    jobs = Jobs(Config(), concurrency=4, name="pull", check_addresses=False)
+    jobs.publisher = Publisher(producer, jobs.cfg.topics)  # type: ignore[arg-type]
+    jobs._bind()
+    jobs.consuming.revoke_grace = 5.0
+    consumed = jobs.consuming.take(message(make_job(site.url("/x"), "A"), offset=5))  # type: ignore[arg-type]
+    leased = await jobs.get(5)
+    assert leased is not None and leased.job.lease == "A"
+    consumer = FakeConsumer()
+    revoking = asyncio.ensure_future(
+        asyncio.to_thread(jobs.consuming.on_revoke, consumer, [TopicPartition("crawl.jobs", 0)])  # type: ignore[arg-type]
+    )
+    await asyncio.sleep(0.3)
+    assert not revoking.done(), "the revoke let the partition go with a job still in user code's hands"
+    await leased.fetched(200, {}, b"ok")
+    await asyncio.wait_for(revoking, 5)
+    assert consumer.commits == [[("crawl.jobs", 0, 6)]], consumer.commits  # its report's offset goes with it
+    await asyncio.wait_for(consumed, 5)
+    await jobs.publisher.settled()
+    assert [fb.lease for fb in producer.feedback()] == ["A"]
 
 
 # -- item 16: retries agree with the frontier's backoff ---------------------------------------------

@@ -111,6 +111,7 @@ class Jobs:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready: asyncio.Queue[LeasedJob] | None = None
         self._timers: dict[LeasedJob, asyncio.TimerHandle] = {}  # handed over: given up at expires_at + timeout
+        self._ends: dict[LeasedJob, asyncio.Future[None]] = {}  # pull shape: resolved once the job is over here
         self._closing = False
         self._poller: asyncio.Task[None] | None = None
         self._builtin: AiohttpFetcher | None = None  # the built-in fetcher, when internal kinds needed it
@@ -322,8 +323,13 @@ class Jobs:
             elif self.handler is not None:
                 await self._run_handler(leased)
             else:
-                assert self._ready is not None
+                assert self._ready is not None and self._loop is not None
+                # the task lives until the job is reported (or dropped, given up): a revoke then
+                # waits for a job in user code's hands as for a handler's, so its done mark is
+                # committed before the partition moves and the new owner does not fetch it again
+                end = self._ends[leased] = self._loop.create_future()
                 self._ready.put_nowait(leased)
+                await end
         except asyncio.CancelledError:
             if not leased.reported and self._closing and leased not in self._timers:
                 await self.release(leased)  # shutting down before it was handed over: back at once
@@ -485,17 +491,22 @@ class Jobs:
             if finish:
                 self.tracker.finished(*leased._coords)
         self.holder.leave(leased)
-        timer = self._timers.pop(leased, None)
-        if timer is not None:
-            timer.cancel()
+        self._ended(leased)
 
     def _done(self, leased: LeasedJob) -> None:
         """The job is over here: its slot freed, its offset may be committed."""
         self.holder.leave(leased)
+        self._ended(leased)
+        self.tracker.finished(*leased._coords)
+
+    def _ended(self, leased: LeasedJob) -> None:
+        """No timer to give it up any more; its consumed task (pull shape) may end."""
         timer = self._timers.pop(leased, None)
         if timer is not None:
             timer.cancel()
-        self.tracker.finished(*leased._coords)
+        end = self._ends.pop(leased, None)
+        if end is not None and not end.done():
+            end.set_result(None)
 
     def _abandon(self, leased: LeasedJob) -> None:
         """Not reported by ``expires_at + timeout``: given up here (no feedback; the frontier's
