@@ -4,17 +4,21 @@ error kinds of download failures, the spider middleware's tags, and when a spide
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import os
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from scrapy import FormRequest, Request, Spider
-from scrapy.http import HtmlResponse
+from scrapy.http import HtmlResponse, JsonRequest
 from scrapy.settings import Settings
+from scrapy.utils.test import get_crawler
 from twisted.internet.error import ConnectionLost, ConnectionRefusedError, DNSLookupError, TimeoutError
 
 from frontier.client import CrawlDone
@@ -24,6 +28,7 @@ from workers.scrapy.addon import DOWNLOADER_MW, SCHEDULER, SPIDER_MW, FrontierAd
 from workers.scrapy.closing import DoneWatch
 from workers.scrapy.middleware import FrontierSpiderMiddleware, error_kind
 from workers.scrapy.requests import JOB_KEY, PARENT_KEY, UnencodableRequest, to_request, to_submission
+from workers.scrapy.scheduler import Entry, FrontierScheduler
 
 
 class Shop(Spider):
@@ -166,8 +171,38 @@ def test_the_spider_middleware_tags_requests_with_their_response_and_refuses_bad
     mw = FrontierSpiderMiddleware(crawler=None)  # type: ignore[arg-type]
     out = list(mw.process_spider_output(response, [Request("http://shop.test/next"), {"item": 1}]))
     assert out[0].meta[PARENT_KEY] == "L9" and out[1] == {"item": 1}
-    with pytest.raises(UnencodableRequest, match="meta key 'bad'"):
-        list(mw.process_spider_output(response, [Request("http://shop.test/x", meta={"bad": object()})]))
+
+
+def test_a_refused_request_is_said_and_left_out_and_the_rest_of_the_output_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    response = HtmlResponse("http://shop.test/", body=b"", request=Request("http://shop.test/", meta={JOB_KEY: "L9"}))
+    mw = FrontierSpiderMiddleware(crawler=None)  # type: ignore[arg-type]
+    given = [Request("http://shop.test/x", meta={"bad": object()}), {"item": 1}, Request("http://shop.test/y")]
+    with caplog.at_level(logging.ERROR, logger="workers.scrapy"):
+        out = list(mw.process_spider_output(response, given))
+    assert [getattr(o, "url", o) for o in out] == [{"item": 1}, "http://shop.test/y"]
+    assert "request http://shop.test/x: meta key 'bad' cannot be sent to the frontier" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("request_", "named"),
+    [(Request("http://shop.test/", flags=["ok", object()]), "attribute 'flags'"),
+     (JsonRequest("http://shop.test/", data={"q": 1}, dumps_kwargs={"cls": json.JSONEncoder}), "'dumps_kwargs'"),
+     (Request("http://shop.test/", meta={1: "one"}), "meta key 1 .*not a str")],
+)  # fmt: skip
+def test_every_attribute_must_be_json_as_it_is(request_: Request, named: str) -> None:
+    with pytest.raises(UnencodableRequest, match=named):
+        to_submission(request_, Shop(), "books")
+
+
+def test_a_request_built_from_a_jobs_download_leaves_its_cookie_and_proxy_credentials_behind() -> None:
+    headers = {"Cookie": "s=1", "Proxy-Authorization": "Basic eA==", "Accept": "text/html"}
+    redirected = Request("http://shop.test/b", headers=headers, meta={JOB_KEY: "L1", "redirect_times": 1})
+    sent = to_submission(redirected, Shop(), "books").meta["scrapy"]["headers"]
+    assert sent == [["Accept", "text/html"]]
+    yielded = Request("http://shop.test/c", headers=headers)  # the spider's own: kept as it gave it
+    assert len(to_submission(yielded, Shop(), "books").meta["scrapy"]["headers"]) == 3
 
 
 class Answers:
@@ -212,3 +247,93 @@ def test_a_spider_closes_only_when_its_crawl_is_done_and_nothing_happened_here_s
         assert not watch.done()
     finally:
         watch.stop()
+
+
+# -- the scheduler's buffer, without Kafka: a job given up, past its slot, or never to be downloaded
+
+
+class Leased:
+    """What the scheduler reads of a leased job, and the hand-back it may call."""
+
+    def __init__(self, lease: str, expires_in: float = 30.0, timeout: float = 20.0) -> None:
+        self.job = Job(lease=lease, not_before=0.0, expires_at=time.time() + expires_in, timeout=timeout,
+                       item=item_from_submission(Submission(url=f"http://shop.test/{lease}")))  # fmt: skip
+        self.reported = False
+        self.released = False
+
+    @property
+    def expires_at(self) -> float:
+        return self.job.expires_at
+
+    async def release(self) -> None:
+        self.released = self.reported = True
+
+
+class Slot:
+    def __init__(self) -> None:
+        self.inprogress: set[Request] = set()
+        self.closing: object = None
+        self.nextcall = self
+
+    def schedule(self) -> None:
+        return None
+
+
+class StoppableJobs:
+    stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+def scheduler_with(*leased: Leased) -> tuple[FrontierScheduler, Slot]:
+    crawler = get_crawler(Shop, {"DOWNLOAD_TIMEOUT": 180})
+    slot = Slot()
+    crawler.engine = type("Engine", (), {"_slot": slot})()  # type: ignore[assignment]
+    scheduler = FrontierScheduler(crawler)
+    scheduler.spider = Shop()
+    scheduler.jobs = StoppableJobs()  # type: ignore[assignment]
+    for job in leased:
+        entry = Entry(job, to_request(job.job, scheduler.spider))  # type: ignore[arg-type]
+        scheduler.active[job.job.lease] = entry
+        scheduler.ready.append(entry)
+    return scheduler, slot
+
+
+async def settle(scheduler: FrontierScheduler) -> None:
+    if scheduler.tasks:
+        await asyncio.gather(*list(scheduler.tasks))
+
+
+async def test_a_job_given_up_in_the_buffer_is_forgotten_and_one_past_its_slot_handed_back() -> None:
+    given_up, late, good = Leased("A"), Leased("B", expires_in=-1.0), Leased("C", timeout=7.0)
+    given_up.reported = True  # the worker API gave it up while the engine was busy
+    scheduler, _ = scheduler_with(given_up, late, good)
+    request = scheduler.next_request()
+    assert request is not None and request.meta[JOB_KEY] == "C"
+    assert request.meta["download_timeout"] == 7.0  # within the job's fetch timeout, not Scrapy's 180 s
+    await settle(scheduler)
+    assert late.released and not given_up.released
+    assert list(scheduler.active) == ["C"]  # nothing left that would keep the spider open forever
+
+
+async def test_the_buffer_is_swept_whatever_the_engine_does_and_handed_back_once_it_closes() -> None:
+    waiting, late = Leased("A"), Leased("B", expires_in=-1.0)
+    scheduler, slot = scheduler_with(waiting, late)
+    scheduler._sweep()  # no next_request: the engine is busy (a full downloader)
+    await settle(scheduler)
+    assert late.released and not waiting.released and [e.leased for e in scheduler.ready] == [waiting]
+    slot.closing = object()  # Ctrl-C or CLOSESPIDER_*: the engine waits for its downloads in flight
+    scheduler._sweep()
+    await settle(scheduler)
+    assert waiting.released and not scheduler.ready and not scheduler.busy()
+    assert scheduler.jobs is not None and scheduler.jobs.stopped  # no more jobs taken meanwhile
+
+
+def test_a_copy_of_a_jobs_meta_is_not_the_job() -> None:
+    job = Leased("A")
+    scheduler, _ = scheduler_with(job)
+    request = scheduler.next_request()
+    assert request is not None and scheduler.entry_of(request) is not None
+    inline = Request("http://shop.test/inline", meta=dict(request.meta))  # e.g. meta=response.meta, downloaded inline
+    assert scheduler.entry_of(inline) is None

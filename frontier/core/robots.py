@@ -107,5 +107,11 @@ def robots_url(url: str) -> str:
 
 
 def agent_token(user_agent: str) -> str:
-    """The product token robots.txt groups match against (``mybot/1.0 (+url)`` → ``mybot``)."""
+    """The product token robots.txt groups match against (``mybot/1.0 (+url)`` → ``mybot``; the
+    browser-like ``Mozilla/5.0 (compatible; mybot/1.0; +url)`` → ``mybot``)."""
+    _, compatible, rest = user_agent.partition("compatible;")
+    if compatible:
+        token = rest.strip().split("/", 1)[0].split(";", 1)[0].split(" ", 1)[0].strip()
+        if token:
+            return token
     return user_agent.split("/", 1)[0].split(" ", 1)[0] or "*"

@@ -6,7 +6,7 @@ process at once and turns Scrapy's own copy off (saying so in the log): robots.t
 (``ROBOTSTXT_OBEY``: the frontier obeys it, fetched with the spider's User-Agent), AutoThrottle,
 ``DOWNLOAD_DELAY`` and the per-domain cap (the frontier paces each host from the server's signals),
 the duplicate filter (the crawl's seen set), ``RetryMiddleware`` (the frontier's backoff retries
-429, 5xx and network errors). It refuses to start, with one line naming the setting, on what it
+its backoff statuses and network errors). It refuses to start, with one line naming the setting, on what it
 cannot honour: a reactor other than asyncio's, or another scheduler.
 
 Settings it reads: ``CRAWL_FRONTIER_CONFIG`` (a TOML file; else the ``CRAWL__*`` environment and the
@@ -86,7 +86,8 @@ class FrontierAddon:
         take("CONCURRENT_REQUESTS_PER_DOMAIN", concurrency, "the frontier caps each scope's concurrency")
         take("CONCURRENT_REQUESTS_PER_IP", 0, "the frontier caps each scope's concurrency")
         take("DUPEFILTER_CLASS", "scrapy.dupefilters.BaseDupeFilter", "the crawl's seen set, shared by every process")
-        take("RETRY_ENABLED", False, "the frontier's backoff retries 429, 5xx and network errors")
+        take("RETRY_ENABLED", False, "the frontier's backoff retries its backoff statuses (429, 502-504, 520-524 by "
+             "default) and network errors; RETRY_HTTP_CODES and RETRY_TIMES are not used")  # fmt: skip
         dmw = dict(settings.getdict("DOWNLOADER_MIDDLEWARES"))
         dmw[DOWNLOADER_MW] = 990  # next to the downloader: the raw answer, before any other middleware
         settings.set("DOWNLOADER_MIDDLEWARES", dmw, PRIORITY)

@@ -47,10 +47,10 @@ class DoneWatch:
     def _run(self) -> None:
         said = time.monotonic()
         while not self._stop.is_set():
+            mark = self.activity  # before busy(): the scheduler counts after the state that makes it busy
             if self.busy():
                 self._stop.wait(ASK_EVERY)
                 continue
-            mark = self.activity
             try:
                 answer = self.client.wait_done(self.crawl, timeout=5.0)
             except Exception as exc:  # noqa: BLE001 - a broker hiccup: ask again

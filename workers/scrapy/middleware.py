@@ -15,6 +15,7 @@ with the job of the response it came from, so the scheduler publishes it with th
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -25,11 +26,13 @@ from scrapy.http import Response
 
 from topics.schemas import NETWORK_ERRORS
 from workers.api import Outcome
-from workers.scrapy.requests import HANDED_BACK, JOB_KEY, PARENT_KEY, check_request
+from workers.scrapy.requests import HANDED_BACK, JOB_KEY, PARENT_KEY, UnencodableRequest, check_request
 from workers.scrapy.scheduler import Entry, scheduler_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
+
+log = logging.getLogger("workers.scrapy")
 
 # exception class names (any in the class's MRO) -> the protocol's network error kinds
 ERROR_KINDS = {
@@ -72,6 +75,13 @@ class FrontierDownloaderMiddleware:
         entry = self._entry(request)
         if entry is not None:
             entry.downloading = True  # past every other middleware: what fails now failed in the download
+            return
+        run = scheduler_of(self.crawler)
+        if run is not None and not run.warned_outside:
+            run.warned_outside = True  # once per crawl: engine.download_async, a media pipeline, scrapy shell
+            log.warning("%s is downloaded outside the frontier (not a job: engine.download, a media pipeline?): "
+                        "the frontier neither paces nor sees such requests; give them to the spider as requests "
+                        "instead (said once)", request)  # fmt: skip
 
     def process_response(self, request: Request, response: Response, spider: Any = None) -> Request | Response:
         entry = self._entry(request)
@@ -83,11 +93,16 @@ class FrontierDownloaderMiddleware:
         headers = response_headers(response)
         latency = float(request.meta.get("download_latency") or 0.0)
         leased = entry.leased
+        if "cached" in response.flags:  # HttpCacheMiddleware's answer: the site said nothing now
+            entry.outcome = Outcome(status=response.status, headers={}, body=response.body if run.pages else b"",
+                                    done_at=now, links=[])  # fmt: skip
+            return response
         leased.sent(now)  # surely out by now: the host's next job may go once its gap has passed
         leased.answered(response.status, headers)
         outcome = Outcome(status=response.status, headers=headers, body=response.body if run.pages else b"",
                           sent_at=now, latency=latency, done_at=now, links=[])  # fmt: skip
-        if response.status in run.jobs.backoff_codes(leased.job) and leased.job.retries_left > 0:  # type: ignore[union-attr]
+        if (response.status in run.jobs.backoff_codes(leased.job)  # type: ignore[union-attr]
+                and leased.job.retries_left > 0 and not request.meta.get("dont_retry")):  # fmt: skip
             run.conclude_now(entry, outcome)
             return request.replace(meta={**request.meta, HANDED_BACK: True})
         entry.outcome = outcome
@@ -104,7 +119,7 @@ class FrontierDownloaderMiddleware:
             return None
         kind = error_kind(exception)
         outcome = Outcome(error=kind, done_at=time.time(), links=[])
-        if kind in NETWORK_ERRORS and entry.leased.job.retries_left > 0:
+        if kind in NETWORK_ERRORS and entry.leased.job.retries_left > 0 and not request.meta.get("dont_retry"):
             run.conclude_now(entry, outcome)
             return request.replace(meta={**request.meta, HANDED_BACK: True})
         entry.outcome = outcome  # the request's errback (or Scrapy's log) has it; reported once it is through
@@ -119,10 +134,22 @@ class FrontierSpiderMiddleware:
     def from_crawler(cls, crawler: Crawler) -> FrontierSpiderMiddleware:
         return cls(crawler)
 
-    @staticmethod
-    def _tag(response: Response, item: Any) -> Any:
+    def _refused(self, request: Request) -> bool:
+        """Whether the request cannot go to the frontier: then it is said (the key named) and left
+        out, and the rest of the output goes on."""
+        try:
+            check_request(request)
+        except UnencodableRequest as exc:
+            log.error("%s", exc)
+            if self.crawler is not None and self.crawler.stats is not None:
+                self.crawler.stats.inc_value("frontier/unencodable")
+            return True
+        return False
+
+    def _tag(self, response: Response, item: Any) -> Any:
         if isinstance(item, Request):
-            check_request(item)  # refused here, at yield time, with the key named
+            if self._refused(item):
+                return None
             parent = response.meta.get(JOB_KEY) if response.request is not None else None
             if parent is not None and JOB_KEY not in item.meta:
                 item.meta[PARENT_KEY] = parent
@@ -130,16 +157,17 @@ class FrontierSpiderMiddleware:
 
     def process_spider_output(self, response: Response, result: Iterable[Any], spider: Any = None) -> Iterator[Any]:
         for item in result:
-            yield self._tag(response, item)
+            if (tagged := self._tag(response, item)) is not None:
+                yield tagged
 
     async def process_spider_output_async(
         self, response: Response, result: AsyncIterator[Any], spider: Any = None
     ) -> AsyncIterator[Any]:
         async for item in result:
-            yield self._tag(response, item)
+            if (tagged := self._tag(response, item)) is not None:
+                yield tagged
 
     async def process_start(self, start: AsyncIterator[Any]) -> AsyncIterator[Any]:
         async for item in start:
-            if isinstance(item, Request):
-                check_request(item)
-            yield item
+            if not (isinstance(item, Request) and self._refused(item)):
+                yield item

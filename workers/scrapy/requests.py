@@ -31,6 +31,13 @@ TRANSIENT = frozenset({"download_latency", "download_slot", "_auth_proxy", "_sch
                        "cache_timestamp"})  # fmt: skip
 
 
+# attributes carried their own way (bytes, callables, checked above), the rest must be JSON as they are
+_CARRIED = frozenset({"url", "headers", "body", "meta", "cb_kwargs", "cookies", "callback", "errback"})
+# headers Scrapy's middlewares add to a download from the process's state (cookie jar, proxy
+# credentials): not carried by a request built from a job's download, and re-added where it is fetched
+_PER_DOWNLOAD = frozenset({b"cookie", b"proxy-authorization"})
+
+
 class UnencodableRequest(ValueError):
     """A request whose meta, cookies or ``cb_kwargs`` cannot be sent to the frontier."""
 
@@ -41,7 +48,8 @@ def _check(url: str, what: str, values: Any) -> None:
         return
     items = values.items() if isinstance(values, dict) else enumerate(values)
     for key, value in items:
-        problem = _not_json(value)
+        bad_key = isinstance(values, dict) and not isinstance(key, str)  # JSON would make it a str
+        problem = f"a key that is not a str: {key!r}" if bad_key else _not_json(value)
         if problem:
             raise UnencodableRequest(
                 f"request {url}: {what} key {key!r} cannot be sent to the frontier ({problem}); "
@@ -90,7 +98,13 @@ def to_submission(request: Request, spider: Spider | None, crawl: str, agent: st
     except ValueError as exc:  # a callback that is not a method of the spider: no name to send
         raise UnencodableRequest(f"request {request.url}: {exc}") from None
     d["meta"] = sendable_meta(d.get("meta") or {})
-    d["headers"] = [[k.decode("latin-1"), v.decode("latin-1")] for k, vs in request.headers.items() for v in vs]
+    for name in request.attributes:  # flags and any attribute of a Request subclass (JsonRequest's dumps_kwargs, ...)
+        if name not in _CARRIED and (problem := _not_json(d.get(name))):
+            raise UnencodableRequest(f"request {request.url}: attribute {name!r} cannot be sent to the frontier "
+                                     f"({problem})")  # fmt: skip
+    derived = JOB_KEY in request.meta  # built from a job's download (a redirect): headers added for it stay
+    d["headers"] = [[k.decode("latin-1"), v.decode("latin-1")] for k, vs in request.headers.items() for v in vs
+                    if not (derived and k.lower() in _PER_DOWNLOAD)]  # fmt: skip
     body = d.pop("body", b"") or b""
     if body:
         d["body64"] = base64.b64encode(body).decode("ascii")

@@ -106,6 +106,8 @@ class FrontierScheduler:
         self._closer: asyncio.Future[None] | None = None
         self.submitted = self.reported = self.failed_submissions = 0
         self.unreachable = False
+        self.warned_outside = False  # a download outside the frontier was said (once)
+        self.download_timeout = self.settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
         _RUNS[crawler] = self
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
 
@@ -119,7 +121,9 @@ class FrontierScheduler:
 
     async def _open(self, spider: Spider) -> None:
         self.spider = spider
-        self.agent = agent = user_agent(spider, self.settings)
+        agent = user_agent(spider, self.settings)
+        # robots.txt is matched as Scrapy's RobotsTxtMiddleware would: ROBOTSTXT_USER_AGENT, else the UA
+        self.agent = self.settings.get("ROBOTSTXT_USER_AGENT") or agent
         cfg = replace(self.cfg, worker=replace(self.cfg.worker, user_agent=agent, concurrency=self.concurrency))
         self.cfg = cfg
         name = f"scrapy:{spider.name}@{socket.gethostname()}-{os.getpid()}"
@@ -191,36 +195,47 @@ class FrontierScheduler:
             log.error("%s", exc)
             self.crawler.stats.inc_value("frontier/unencodable")
             return False  # request_dropped: Scrapy says so too
-        if self.watch is not None:
-            self.watch.touch()
         entry = self.active.get(lease) if isinstance(lease, str) else None
         if entry is not None and not entry.concluded:
             entry.follow_ups.append(sub)  # published with its job's report
-            return True
-        self._spawn(self._submit(sub))
+        else:
+            self._spawn(self._submit(sub))
+        if self.watch is not None:
+            self.watch.touch()  # after the state that makes the process busy
         return True
 
     def next_request(self) -> Request | None:
         self._sweep()
         while self.ready:
             entry = self.ready.popleft()
-            if entry.leased.reported or entry.concluded:
-                continue
-            if time.time() > entry.leased.expires_at:  # its slot passed while it waited here
-                entry.concluded = True
-                self.active.pop(entry.leased.job.lease, None)
-                self._spawn(self._hand_back(entry))
+            if self._stale(entry):
                 continue
             entry.handed = True
+            job = entry.leased.job
+            # the download must end within the job's fetch timeout (the frontier's lease assumes it)
+            timeout = float(entry.request.meta.get("download_timeout") or self.download_timeout)
+            entry.request.meta["download_timeout"] = max(1.0, min(timeout, job.timeout))
             return entry.request
         return None
+
+    def _stale(self, entry: Entry) -> bool:
+        """A job waiting in the buffer that must not go to the engine: given up by the worker API
+        (forgotten here), or past its slot (handed back)."""
+        if entry.leased.reported or entry.concluded:
+            entry.concluded = True
+            self.active.pop(entry.leased.job.lease, None)
+            return True
+        if time.time() > entry.leased.expires_at:
+            entry.concluded = True
+            self.active.pop(entry.leased.job.lease, None)
+            self._spawn(self._hand_back(entry))
+            return True
+        return False
 
     # -- jobs in -------------------------------------------------------------------------------------
     async def _take_jobs(self) -> None:
         assert self.jobs is not None and self.spider is not None
         async for leased in self.jobs:
-            if self.watch is not None:
-                self.watch.touch()
             try:
                 request = to_request(leased.job, self.spider)
             except Exception as exc:  # noqa: BLE001 - a job this spider cannot rebuild ends skipped, said
@@ -230,6 +245,8 @@ class FrontierScheduler:
             entry = Entry(leased, request)
             self.active[leased.job.lease] = entry
             self.ready.append(entry)
+            if self.watch is not None:
+                self.watch.touch()  # after the state that makes the process busy
             self._wake()
 
     def _pump_ended(self, task: asyncio.Task[None]) -> None:
@@ -257,9 +274,11 @@ class FrontierScheduler:
 
     # -- what the middlewares tell -------------------------------------------------------------------
     def entry_of(self, request: Request) -> Entry | None:
+        """The job whose request this is: the very object handed to the engine (a request that
+        carries a copy of its meta, downloaded another way, is not the job)."""
         lease = request.meta.get(JOB_KEY)
         entry = self.active.get(lease) if isinstance(lease, str) else None
-        return entry if entry is not None and not entry.concluded else None
+        return entry if entry is not None and entry.request is request and not entry.concluded else None
 
     def conclude_now(self, entry: Entry, outcome: Outcome) -> None:
         """Report ``outcome`` at once, without follow-ups (a retry the frontier schedules)."""
@@ -282,6 +301,20 @@ class FrontierScheduler:
         for entry in [e for e in self.active.values() if e.handed and not e.concluded]:
             if entry.request not in inprogress:
                 self._conclude(entry)
+        closing = getattr(slot, "closing", None) is not None
+        if closing and self.jobs is not None and not self.jobs.stopped:
+            self.jobs.stop()  # the engine closes (Ctrl-C, CLOSESPIDER_*): take no more jobs
+        kept: deque[Entry] = deque()
+        for entry in self.ready:  # the buffer, whatever the engine is doing
+            if self._stale(entry):
+                continue
+            if closing:  # never to be downloaded now: back at once, not after the downloads in flight
+                entry.concluded = True
+                self.active.pop(entry.leased.job.lease, None)
+                self._spawn(self._hand_back(entry))
+                continue
+            kept.append(entry)
+        self.ready = kept
 
     def _conclude(self, entry: Entry) -> None:
         entry.concluded = True
@@ -290,7 +323,10 @@ class FrontierScheduler:
 
     async def _report(self, entry: Entry) -> None:
         leased = entry.leased
-        if leased.reported:
+        if leased.reported:  # given up by the worker API (not reported within its lease): it comes back
+            log.warning("%r was through Scrapy after the worker API gave it up; its report and the %d requests it "
+                        "led to are left out (the job comes back and is parsed again)", leased,
+                        len(entry.follow_ups))  # fmt: skip
             return
         outcome = entry.outcome
         if outcome is None:
