@@ -11,7 +11,7 @@ import pytest
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import MemoryKV
 from frontier.core.robots import Rules
-from frontier.intake.urls import Rejection, parse_input
+from frontier.intake.urls import Rejection, parse_input, robots_agent
 from frontier.partition import PartitionFrontier
 from frontier.partition.records import RobotsRecord
 from topics.schemas import Feedback, Job
@@ -104,3 +104,10 @@ def test_an_agent_delay_is_applied_again_when_the_rules_are_fetched_again() -> N
     again = Feedback(lease="again", host=i.host, domain=i.domain, url=i.url, outcome="fetched", status=200, body=ROBOTS)
     f._store_robots("http://shop.test", i, again, 2.0)  # stored again (a refetch): the memo goes with it
     assert "http://shop.test" not in f._agent_delays
+
+
+def test_the_product_token_of_a_browser_like_user_agent_is_the_bots() -> None:
+    assert robots_agent("Mozilla/5.0 (compatible; bookshop-bot/1.0; +https://example.invalid)") == "bookshop-bot"
+    assert robots_agent("bookshop-bot/1.0 (+https://example.invalid)") == "bookshop-bot"
+    rules = Rules(RobotsRecord(status=200, body=ROBOTS, fetched_at=0.0), "kafka-crawl-frontier")
+    assert not rules.allowed("http://a.test/private/1", robots_agent("Mozilla/5.0 (compatible; bookshop-bot/1.0)"))
