@@ -102,3 +102,24 @@ async def test_input_waits_while_too_many_records_are_held_for_the_next_commit(m
         rec.hold.clear()
     assert await writer.close() is not None
     assert [k for _, k, _ in rec.sent if k != ACK_KEY] == [b"k%d" % n for n in range(6)]
+
+
+class GoneFatal(Recorder):
+    """A producer fenced in the background (librdkafka's fatal error) before the next commit: the
+    next produce raises it (seen on the broker after a frontier's freeze)."""
+
+    def produce(self, topic: str, value: bytes | None = None, *args: object, **kwargs: object) -> None:
+        raise KafkaException(KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error", fatal=True))
+
+
+async def test_a_write_on_a_producer_gone_fatal_fails_the_partition_not_the_instance() -> None:
+    failures: list[WriteFailed] = []
+    writer = PartitionWriter(GoneFatal(), "state", 3, applied=5, on_failure=failures.append)
+    await writer.start()
+    acked: list[int] = []
+    writer.write("jobs", b"job", b"host")  # raised out of the dispatch loop before: the instance crashed
+    writer.commit(lambda: acked.append(1))
+    assert len(failures) == 1 and writer.failed is not None and acked == []
+    writer.write("jobs", b"job", b"host")  # later writes go nowhere, said once
+    assert len(failures) == 1
+    assert await writer.close() is None

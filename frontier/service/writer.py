@@ -140,10 +140,19 @@ class PartitionWriter:
         self._produce(topic, value, key, partition)
 
     def _produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None) -> None:
-        if not self._open:
-            self._producer.begin_transaction()
-            self._open = True
-        produce(self._producer, topic, value, key, partition)  # type: ignore[arg-type]
+        if self.failed is not None:
+            return
+        try:
+            if not self._open:
+                self._producer.begin_transaction()
+                self._open = True
+            produce(self._producer, topic, value, key, partition)  # type: ignore[arg-type]
+        except KafkaException as exc:
+            # the producer went fatal between two commits (fenced by the partition's new owner after
+            # a freeze, say): the partition's writes have failed, as if its commit had; never a crash
+            # of the whole instance from the write of one partition
+            self._fail(exc)
+            return
         self._written += 1
 
     def commit(self, then: Callable[[], None] | None = None) -> None:
