@@ -27,7 +27,7 @@ from scrapy.http import Response
 from topics.schemas import NETWORK_ERRORS
 from workers.api import Outcome
 from workers.scrapy.requests import HANDED_BACK, JOB_KEY, PARENT_KEY, UnencodableRequest, check_request
-from workers.scrapy.scheduler import Entry, scheduler_of
+from workers.scrapy.scheduler import Entry, FrontierScheduler, scheduler_of
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -67,16 +67,16 @@ class FrontierDownloaderMiddleware:
     def from_crawler(cls, crawler: Crawler) -> FrontierDownloaderMiddleware:
         return cls(crawler)
 
-    def _entry(self, request: Request) -> Entry | None:
+    def _job(self, request: Request) -> tuple[FrontierScheduler | None, Entry | None]:
+        """The add-on's scheduler, and the job whose request this is (None: not a job)."""
         run = scheduler_of(self.crawler)
-        return run.entry_of(request) if run is not None else None
+        return run, (run.entry_of(request) if run is not None else None)
 
     def process_request(self, request: Request, spider: Any = None) -> None:
-        entry = self._entry(request)
+        run, entry = self._job(request)
         if entry is not None:
             entry.downloading = True  # past every other middleware: what fails now failed in the download
             return
-        run = scheduler_of(self.crawler)
         if run is not None and not run.warned_outside:
             run.warned_outside = True  # once per crawl: engine.download_async, a media pipeline, scrapy shell
             log.warning("%s is downloaded outside the frontier (not a job: engine.download, a media pipeline?): "
@@ -84,11 +84,9 @@ class FrontierDownloaderMiddleware:
                         "instead (said once)", request)  # fmt: skip
 
     def process_response(self, request: Request, response: Response, spider: Any = None) -> Request | Response:
-        entry = self._entry(request)
-        if entry is None:
+        run, entry = self._job(request)
+        if run is None or entry is None:
             return response  # not a job (an extension's own download)
-        run = scheduler_of(self.crawler)
-        assert run is not None
         now = time.time()
         headers = response_headers(response)
         latency = float(request.meta.get("download_latency") or 0.0)
@@ -109,11 +107,9 @@ class FrontierDownloaderMiddleware:
         return response
 
     def process_exception(self, request: Request, exception: BaseException, spider: Any = None) -> Request | None:
-        entry = self._entry(request)
-        if entry is None:
+        run, entry = self._job(request)
+        if run is None or entry is None:
             return None
-        run = scheduler_of(self.crawler)
-        assert run is not None
         if isinstance(exception, IgnoreRequest) and not entry.downloading:
             entry.dropped = f"scrapy: dropped before download: {exception}"[:500]  # by a middleware: skipped
             return None

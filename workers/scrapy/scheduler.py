@@ -226,9 +226,7 @@ class FrontierScheduler:
             self.active.pop(entry.leased.job.lease, None)
             return True
         if time.time() > entry.leased.expires_at:
-            entry.concluded = True
-            self.active.pop(entry.leased.job.lease, None)
-            self._spawn(self._hand_back(entry))
+            self._end(entry, self._hand_back(entry))
             return True
         return False
 
@@ -309,17 +307,19 @@ class FrontierScheduler:
             if self._stale(entry):
                 continue
             if closing:  # never to be downloaded now: back at once, not after the downloads in flight
-                entry.concluded = True
-                self.active.pop(entry.leased.job.lease, None)
-                self._spawn(self._hand_back(entry))
+                self._end(entry, self._hand_back(entry))
                 continue
             kept.append(entry)
         self.ready = kept
 
     def _conclude(self, entry: Entry) -> None:
+        self._end(entry, self._report(entry))
+
+    def _end(self, entry: Entry, how: Any) -> None:
+        """The job is over in this process: ``how`` (its report or its hand-back) goes out."""
         entry.concluded = True
         self.active.pop(entry.leased.job.lease, None)
-        self._spawn(self._report(entry))
+        self._spawn(how)
 
     async def _report(self, entry: Entry) -> None:
         leased = entry.leased
