@@ -275,6 +275,8 @@ def test_partition_restored_after_its_leases_deadline(bootstrap: str, tmp_path: 
         submit(stack, urls)
         pages = PageRecords(stack)
         pages.wait_for(20, timeout=90, what="the crawl to be under way")
+        # the kill must find a request in flight (on a loaded machine the workers may be between jobs)
+        wait_until(lambda: any(s.active for s in fleet.sites), timeout=60, interval=0.02, what="a request in flight")
         killed_at = time.time()
         stack.stop("frontier", sig=signal.SIGKILL)
         time.sleep(UNOWNED)  # the scenario: nothing owns the partitions for longer than a lease's deadline
