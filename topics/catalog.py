@@ -145,7 +145,15 @@ STATUS = TopicSpec(
     max_message_bytes=MiB, produced_bytes=768 * KiB,
 )  # fmt: skip
 
-ALL: tuple[TopicSpec, ...] = (URLS, BYDOMAIN, JOBS, FEEDBACK, PAGES, REJECTED, CONTROL, STATE, STATUS)
+REPLIES = TopicSpec(
+    "crawl.replies", "the asking URLFrontier gateway; partition = murmur2(gateway id)",
+    "frontier → URLFrontier gateways: answers to their queries", internal=True,
+    # 4 MiB: a Reply holds at most topics.schemas.MAX_QUERY_LIMIT URL records, cut at 256 KiB of
+    # their bytes (frontier.partition.recorded.REPLY_BUDGET) plus the last one (a URL's metadata)
+    max_message_bytes=4 * MiB, produced_bytes=256 * KiB + ONE_URL_BYTES,
+)  # fmt: skip
+
+ALL: tuple[TopicSpec, ...] = (URLS, BYDOMAIN, JOBS, FEEDBACK, PAGES, REJECTED, CONTROL, STATE, STATUS, REPLIES)
 # Topics whose partition numbers must agree: a domain's URLs, feedback and state live in one partition.
 COPARTITIONED: tuple[TopicSpec, ...] = (BYDOMAIN, FEEDBACK, CONTROL, STATE)
 
@@ -201,6 +209,10 @@ class Topics:
     @property
     def status(self) -> str:
         return self.name(STATUS)
+
+    @property
+    def replies(self) -> str:
+        return self.name(REPLIES)
 
 
 def workers_group(app_id: str, crawl: str = DEFAULT_CRAWL) -> str:

@@ -72,6 +72,13 @@ class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True, omit
     # the User-Agent its requests send (a Scrapy spider's): robots.txt is matched with its product
     # token, Disallow and Crawl-delay alike; "" the frontier's own (``worker.user_agent``) (version 3)
     agent: str = ""
+    # a URLFrontier client's queue key (version 3): the URL is *recorded* in its crawl under this key
+    # (listed, counted, looked up, deleted by the URLFrontier API, with ``meta`` as its metadata); a
+    # key other than the host is also a named scope of the URL. "" : not recorded (the native path)
+    key: str = ""
+    # a URLFrontier *known* URL (version 3): epoch seconds from which it may be fetched again (0:
+    # never); None: a discovered URL (queued unless known)
+    refetch_at: float | None = None
 
 
 class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -103,6 +110,8 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     ip: str = ""
     crawl: str = DEFAULT_CRAWL  # the crawl it belongs to (version 3; left out for the default crawl)
     agent: str = ""  # the robots.txt product token its requests match ("" the frontier's own; version 3)
+    key: str = ""  # its URLFrontier queue key: recorded under it in its crawl (Submission.key; version 3)
+    refetch_at: float | None = None  # a URLFrontier known URL: due again then (0: never); None: discovered
 
 
 class UrlBatch(msgspec.Struct, kw_only=True):
@@ -170,6 +179,9 @@ class Feedback(msgspec.Struct, kw_only=True, omit_defaults=True):
     error: str = ""  # error kind: timeout, connect, reset, too_large, ...
     headers: dict[str, str] = msgspec.field(default_factory=dict)  # throttling-relevant headers only
     body: bytes = b""  # robots jobs only: the robots.txt body
+    # outcome "held" (version 3): the job is in a client's hands until then (a URLFrontier GetURLs'
+    # delay_requestable); the lease stays open till then, and is handed out again after it
+    held_until: float = 0.0
 
 
 class FeedbackBatch(msgspec.Struct, kw_only=True):
@@ -336,7 +348,7 @@ def decode(data: bytes, kind: type[T]) -> T:
     return msg
 
 
-CONTROL_ACTIONS = ("pause", "resume", "drop", "set", "clear", "watch")
+CONTROL_ACTIONS = ("pause", "resume", "drop", "set", "clear", "watch", "block")
 CRAWL_ACTIONS = ("pause", "resume", "drop", "limit")  # commands on a whole crawl (``crawl`` set, no scope)
 MAX_PER_HOST = 10_000_000  # a crawl's per-host limit, at most
 
@@ -363,8 +375,21 @@ class ControlCommand(msgspec.Struct, kw_only=True, omit_defaults=True):
     crawl: str = ""  # a crawl command (version 3): the crawl; empty for a scope command
     forget: bool = False  # a crawl's drop: forget its seen entries too (a later submission crawls them again)
     per_host: int | None = None  # a crawl's limit: URLs queued per host at most (0: none)
+    until: float | None = None  # block (version 3): no request to the scope before then (epoch s; 0 lifts it)
+    query: Query | None = None  # action "query" (version 3): a question to every partition, answered on crawl.replies
 
     def validate(self) -> None:
+        if self.action == "query":
+            if self.query is None or self.scope or self.crawl:
+                raise ValueError("a query carries a query and no scope or crawl")
+            self.query.validate()
+            return
+        if self.query is not None:
+            raise ValueError("query goes with the action query")
+        if (self.action == "block") != (self.until is not None):
+            raise ValueError("block needs until (epoch seconds; 0 lifts the block), and until goes with block")
+        if self.until is not None and not 0 <= self.until < 1e11:
+            raise ValueError(f"until must be epoch seconds, got {self.until}")
         if self.crawl:
             self._validate_crawl()
             return
@@ -397,3 +422,62 @@ class ControlCommand(msgspec.Struct, kw_only=True, omit_defaults=True):
                 raise ValueError(f"limit needs per_host within 0..{MAX_PER_HOST}, got {self.per_host}")
         elif self.per_host is not None:
             raise ValueError("per_host goes with limit")
+
+
+# -- the URLFrontier gateway's questions to the partitions (crawl.control) and their answers ----------
+QUERY_KINDS = ("stats", "queues", "urls", "count", "status", "crawls", "delete_queue", "delete_crawl")
+MAX_QUERY_LIMIT = 1000  # URL records or queue keys in one reply at most (a reply must fit its topic)
+
+
+class Query(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A URLFrontier gateway's question to every partition (a :class:`ControlCommand` with action
+    ``query``). Each partition's owner answers with a :class:`Reply` on ``crawl.replies`` keyed
+    by ``reply_to``. ``delete_queue`` and ``delete_crawl`` change the partition (applied once,
+    answered once committed); the others only read it."""
+
+    id: str  # the asker's request id, echoed in each reply
+    reply_to: str  # the asking gateway: the key of the replies
+    kind: str
+    crawl: str = DEFAULT_CRAWL  # the frontier crawl ("" for kind crawls: every crawl)
+    key: str = ""  # a queue key: only that queue ("" every queue of the crawl)
+    url: str = ""  # status: the URL looked up (with key)
+    after: str = ""  # urls / queues: the answer starts after this (the cursor of the previous reply)
+    limit: int = 0  # urls / queues: at most this many (<= MAX_QUERY_LIMIT)
+    inactive: bool = False  # queues: with the queues that have nothing queued or in flight
+
+    def validate(self) -> None:
+        if self.kind not in QUERY_KINDS:
+            raise ValueError(f"query kind must be one of {', '.join(QUERY_KINDS)}, got {self.kind!r}")
+        if not self.id or len(self.id) > 64 or not self.reply_to or len(self.reply_to) > 200:
+            raise ValueError("a query needs an id (<= 64 characters) and reply_to (<= 200)")
+        if self.kind != "crawls":
+            valid_crawl(self.crawl)
+        if len(self.key) > 2048 or len(self.url) > 8192 or len(self.after) > 10_240:
+            raise ValueError("query key, url or cursor too long")
+        if not 0 <= self.limit <= MAX_QUERY_LIMIT:
+            raise ValueError(f"query limit must be within 0..{MAX_QUERY_LIMIT}, got {self.limit}")
+
+
+class UrlRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One recorded URL (a URLFrontier client's), as a reply carries it."""
+
+    url: str
+    key: str
+    crawl: str = DEFAULT_CRAWL
+    meta: dict[str, Any] = msgspec.field(default_factory=dict)
+    refetch_at: float = 0.0  # due then (a queued URL: when it was queued; 0: never again)
+    created: float = 0.0
+
+
+class Reply(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One partition's answer to a :class:`Query`, on ``crawl.replies`` keyed by the asker."""
+
+    v: int = CRAWLS_VERSION
+    id: str
+    partition: int
+    error: str = ""
+    counts: dict[str, int] = msgspec.field(default_factory=dict)  # stats, count, deletions
+    queues: list[str] = msgspec.field(default_factory=list)
+    urls: list[UrlRecord] = msgspec.field(default_factory=list)
+    crawls: list[str] = msgspec.field(default_factory=list)
+    more: str = ""  # urls / queues: more follow; ask again with after = this

@@ -68,6 +68,7 @@ from frontier.config.settings import (
     RampupSettings,
     ScopeSettings,
     ThrottleConfig,
+    UrlFrontierConfig,
     WorkerConfig,
 )
 
@@ -100,6 +101,7 @@ __all__ = [
     "Range",
     "ScopeSettings",
     "ThrottleConfig",
+    "UrlFrontierConfig",
     "WorkerConfig",
     "_check_ranges",
     "_jitter",

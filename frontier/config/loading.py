@@ -22,6 +22,7 @@ from frontier.config.settings import (
     RampupSettings,
     ScopeSettings,
     ThrottleConfig,
+    UrlFrontierConfig,
     WorkerConfig,
 )
 from topics.catalog import Topics
@@ -119,7 +120,7 @@ def _scope(data: Any, where: str, base: ScopeSettings) -> ScopeSettings:
 
 
 def from_dict(data: Mapping[str, Any]) -> Config:
-    unknown = set(data) - {"kafka", "topics", "frontier", "throttle", "worker"}
+    unknown = set(data) - {"kafka", "topics", "frontier", "throttle", "worker", "urlfrontier"}
     if unknown:
         raise ConfigError(f"unknown section(s): {', '.join(sorted(unknown))}")
     kafka_d = dict(data.get("kafka", {}))
@@ -145,9 +146,10 @@ def from_dict(data: Mapping[str, Any]) -> Config:
         raise ConfigError(f"throttle.profile: one of {', '.join(sorted(PROFILES))}, got {profile!r}")
     default = _scope(throttle_d, "throttle", PROFILES[profile])
     scopes = {name: _scope(v, f"throttle.scopes.{name!r}", default) for name, v in scopes_d.items()}
-    return Config(
-        kafka=kafka, topics=topics, frontier=frontier, throttle=ThrottleConfig(default, scopes), worker=worker
-    )
+    urlfrontier = _section(data.get("urlfrontier", {}), UrlFrontierConfig, "urlfrontier")
+    urlfrontier.validate()
+    return Config(kafka=kafka, topics=topics, frontier=frontier, throttle=ThrottleConfig(default, scopes),
+                  worker=worker, urlfrontier=urlfrontier)  # fmt: skip
 
 
 def apply_env(cfg: Config, env: Mapping[str, str]) -> Config:

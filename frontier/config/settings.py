@@ -231,12 +231,39 @@ TOPICS_RANGES = {"partitions": Range(1, 10_000, integer=True), "replication": Ra
 
 
 @dataclass(frozen=True)
+class UrlFrontierConfig:
+    """The URLFrontier gRPC gateway (``crawl-frontier urlfrontier``, ``workers/urlfrontier``)."""
+
+    port: int = 7071
+    bind: str = "127.0.0.1"  # the address to listen on ("0.0.0.0": every interface)
+    delay_requestable: float = 30.0  # a GetURLs that gives none (0): a URL handed out comes back after this
+    held: int = 10_000  # URLs one gateway holds per crawl at most (handed out, or ready to be)
+    get_wait: float = 1.0  # a GetURLs with nothing ready waits this long for a first URL
+    query_timeout: float = 15.0  # seconds to wait for every partition's answer (else UNAVAILABLE)
+    put_wait: float = 30.0  # a PutURLs stream completes once the frontier applied it, waiting up to this
+
+    def validate(self) -> None:
+        _check_ranges(self, URLFRONTIER_RANGES, "urlfrontier")
+
+
+URLFRONTIER_RANGES = {
+    "port": PORT,
+    "delay_requestable": Range(0, DAY, lo_open=True),
+    "held": Range(1, 1_000_000, integer=True),
+    "get_wait": Range(0, 60),
+    "query_timeout": Range(0, 600, lo_open=True),
+    "put_wait": Range(0, 3600),
+}
+
+
+@dataclass(frozen=True)
 class Config:
     kafka: KafkaConfig = field(default_factory=KafkaConfig)
     topics: Topics = field(default_factory=Topics)
     frontier: FrontierConfig = field(default_factory=FrontierConfig)
     throttle: ThrottleConfig = field(default_factory=ThrottleConfig)
     worker: WorkerConfig = field(default_factory=WorkerConfig)
+    urlfrontier: UrlFrontierConfig = field(default_factory=UrlFrontierConfig)
 
     def with_bootstrap(self, bootstrap: str) -> Config:
         return replace(self, kafka=replace(self.kafka, bootstrap=bootstrap))
@@ -246,6 +273,7 @@ class Config:
         _check_ranges(self.topics, TOPICS_RANGES, "topics")
         self.frontier.validate()
         self.worker.validate()
+        self.urlfrontier.validate()
         self.throttle.default.validate("throttle")
         for name, scope in self.throttle.scopes.items():
             scope.validate(f"throttle.scopes.{name!r}")

@@ -24,9 +24,10 @@ class Override(msgspec.Struct, kw_only=True, omit_defaults=True):
     paused: bool = False
     delay: float | None = None
     concurrency: int | None = None
+    blocked_until: float = 0.0  # no request before then (epoch s): a URLFrontier client's BlockQueueUntil
 
     def empty(self) -> bool:
-        return not self.paused and self.delay is None and self.concurrency is None
+        return not self.paused and self.delay is None and self.concurrency is None and not self.blocked_until
 
 
 def scope_domain(scope: str) -> str:
@@ -52,8 +53,10 @@ def updated(current: Override, cmd: ControlCommand) -> Override:
             delay=cmd.delay if cmd.delay is not None else current.delay,
             concurrency=cmd.concurrency if cmd.concurrency is not None else current.concurrency,
         )
+    if cmd.action == "block":
+        return msgspec.structs.replace(current, blocked_until=cmd.until or 0.0)
     if cmd.action == "clear":
-        return Override(paused=current.paused)
+        return Override(paused=current.paused, blocked_until=current.blocked_until)
     return current
 
 

@@ -276,6 +276,14 @@ def item_from_submission(sub: Submission) -> UrlItem:
     except ValueError as exc:
         raise Rejection(str(exc)) from None
     agent = robots_agent(sub.agent)
+    key = valid_key(sub.key)
+    if key and key != host:  # a URLFrontier queue key other than the host: a named scope on top of the host's
+        scopes = valid_scopes([*scopes, key_scope(key)])
+    refetch_at = sub.refetch_at
+    if refetch_at is not None and not (0 <= refetch_at < 1e11):
+        raise Rejection("invalid refetch_at (epoch seconds, 0: never)")
+    if refetch_at is not None and not key:
+        raise Rejection("refetch_at needs a key (a URLFrontier known URL)")
     return UrlItem(
         url=given,
         canonical="" if canonical == given else canonical,
@@ -293,7 +301,27 @@ def item_from_submission(sub: Submission) -> UrlItem:
         forget=sub.forget,
         crawl=crawl,
         agent=agent,
+        key=key,
+        refetch_at=refetch_at,
     )
+
+
+MAX_KEY_CHARS = 512  # characters of a URLFrontier queue key
+
+
+def valid_key(key: str) -> str:
+    """A URLFrontier queue key as given ("" stays ""), or :class:`Rejection`."""
+    if len(key) > MAX_KEY_CHARS or any(c < " " or c == "\x7f" for c in key):
+        raise Rejection(f"invalid key: at most {MAX_KEY_CHARS} characters, no control characters")
+    return key
+
+
+def key_scope(key: str) -> str:
+    """The named scope of a queue key other than the host: the key itself when it may name a
+    scope, else ``key-`` and a digest of it (a scope name has at most 64 characters, no ``#``)."""
+    if len(key) <= MAX_SCOPE_CHARS and "#" not in key:
+        return key
+    return f"key-{hashlib.blake2b(key.encode(), digest_size=8).hexdigest()}"
 
 
 MAX_AGENT_CHARS = 512

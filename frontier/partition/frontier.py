@@ -38,7 +38,7 @@ from frontier.partition.keys import (
     revisit_due_ms,
     seen_key,
 )
-from frontier.partition.leases import Leases
+from frontier.partition.recorded import Recorded
 from frontier.partition.records import (
     REPORT_KINDS,
     Dispatch,
@@ -59,7 +59,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h" if seconds >= 3600 else f"{seconds:.0f} s"
 
 
-class PartitionFrontier(Leases, Visibility):
+class PartitionFrontier(Recorded, Visibility):
     """One frontier partition: the seen set, per-scope-set priority queues, robots.txt, leases and
     dispatch, over a :class:`~frontier.core.kv.KV`; every write also goes to ``changelog``."""
 
@@ -69,6 +69,9 @@ class PartitionFrontier(Leases, Visibility):
         as the router encoded it: queued as it is (the item is not encoded again on its way)."""
         accepted = 0
         for i, item in enumerate(items):
+            if item.key and item.refetch_at is not None:
+                self._known(item, now)  # a URLFrontier client's update: decided, not queued
+                continue
             key = seen_key(self._fingerprint(item))
             if item.forget:
                 self._forget_seen(key)
@@ -90,6 +93,8 @@ class PartitionFrontier(Leases, Visibility):
             qid = queue_id(self.scopes_of(item), item.crawl)  # one string object per queue
             self._enqueue(self._qkey(qid, item, now), item, now, raw)
             self._put(key, seen_value(SEEN_OPEN, now))
+            if item.key:
+                self._record_discovered(item, now)
             self._crawl(item.crawl).ingested += 1
             accepted += 1
         self.stats.ingested += accepted
@@ -133,6 +138,11 @@ class PartitionFrontier(Leases, Visibility):
             return  # no work left: the queue leaves the heap
         qkey, raw = head
         item = item_dec.decode(raw)
+        if item.key and self._stale_entry(item):  # a client decided it since it was queued
+            self._delete(qkey)
+            self._dequeued(qid)
+            self._scheduler.schedule(qid, now)
+            return
         scopes = queue_scopes(qid)
         if self.settings.robots_obey:
             site = origin(item.url)

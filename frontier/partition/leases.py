@@ -18,8 +18,8 @@ import msgspec
 
 from frontier.core import policy
 from frontier.core.robots import origin
-from frontier.partition.keys import lease_key, queue_id, scope_queue
-from frontier.partition.records import REPORT_KINDS, Dispatch, Lease, Report, encoder, lease_dec
+from frontier.partition.keys import lease_key, lease_of, queue_id, scope_queue
+from frontier.partition.records import REPORT_KINDS, Dispatch, Lease, Report, encoder, lease_dec, lease_raw_dec
 from frontier.partition.revisits import Revisits
 from frontier.partition.robots import Robots
 from topics.schemas import (
@@ -95,6 +95,12 @@ class Leases(Robots, Revisits):
             self._late(fb, now)
             return False
         item = lease.item
+        if fb.outcome == "held":  # in a client's hands until then: the lease lasts as long
+            self._hold(key, lease, fb.held_until)
+            return True
+        if fb.outcome == "expired" and lease.held_until > now:
+            self.stats.stale_feedback += 1  # its job read again (a gateway restarted): the client still has it
+            return False
         dropped = self._dropped_lease(item.crawl, fb.lease) if lease.kind == "page" else None
         if lease.kind == "robots":
             if fb.outcome != "expired":
@@ -121,7 +127,9 @@ class Leases(Robots, Revisits):
             else:
                 self.stats.fetched += 1
                 crawl.fetched += 1
-            if item.revisit > 0:
+            if item.key and self._decided_while_leased(item):
+                pass  # a client's known update came first: its decision stands
+            elif item.revisit > 0:
                 self._schedule_revisit(item, now)
             else:
                 self._settle(item, now)  # before the lease goes: a crash between leaves it leased
@@ -133,6 +141,20 @@ class Leases(Robots, Revisits):
         self._delete(key)
         self._closed(lease, now)
         return True
+
+    def _hold(self, key: bytes, lease: Lease[UrlItem], until: float) -> None:
+        """A URLFrontier client took the job (GetURLs): the lease lasts until ``until`` (its
+        delay_requestable), then the URL is handed out again (:meth:`expire_leases`)."""
+        raw = self.kv.get(key)
+        assert raw is not None
+        held = lease_raw_dec.decode(raw)
+        held.held_until = until
+        held.deadline = until
+        self._put(key, encoder.encode(held))
+        heapq.heappush(self._leases, (until, lease_of(key)))
+
+    def _decided_while_leased(self, item: UrlItem) -> bool:  # Recorded's
+        return False
 
     def _late(self, fb: Feedback, now: float) -> None:
         """A result whose lease was already closed (expired, lost): the slot was freed then, but
@@ -174,7 +196,17 @@ class Leases(Robots, Revisits):
             if raw is None:
                 continue  # feedback already closed it
             lease = lease_dec.decode(raw)
+            if lease.deadline > now:
+                heapq.heappush(self._leases, (lease.deadline, lease_id))  # held longer since (a client's hold)
+                continue
             dropped = self._dropped_lease(lease.item.crawl, lease_id) if lease.kind == "page" else None
+            if lease.held_until and dropped is None:  # its client did not answer in time: handed out again
+                self._enqueue(lease.qkey, lease.item, now)
+                self.stats.returned += 1
+                self._delete(key)
+                self._closed(lease, now)
+                expired += 1
+                continue
             if dropped is not None:
                 self._end_dropped(lease.item, lease_id, "lost", now, forgotten=dropped)
             elif lease.kind == "page":

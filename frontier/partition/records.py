@@ -42,6 +42,7 @@ class Lease(msgspec.Struct, Generic[ItemT], kw_only=True):
     dispatched_at: float = 0.0  # the send time scheduled, by the frontier's clock
     error: str = ""  # reports: why the URL ends without a fetch
     site: str = ""  # robots: the origin whose robots.txt this is (the URL may be a redirect hop)
+    held_until: float = 0.0  # in a URLFrontier client's hands until then (feedback "held"); 0: not handed out
 
 
 class Stats(msgspec.Struct, kw_only=True):
@@ -125,6 +126,7 @@ class Dispatch:
 encoder = msgspec.json.Encoder()
 item_dec = msgspec.json.Decoder(UrlItem)
 lease_dec = msgspec.json.Decoder(Lease[UrlItem])
+lease_raw_dec = msgspec.json.Decoder(Lease[msgspec.Raw])
 override_dec = msgspec.json.Decoder(Override)
 state_dec = msgspec.json.Decoder(policy.ScopeState)
 robots_dec = msgspec.json.Decoder(RobotsRecord)

@@ -63,6 +63,15 @@ class Scopes(Crawls):
                 found.append((name, o))
         return found
 
+    def _blocked_by(self, scopes: list[str], now: float) -> tuple[float, str] | None:
+        """The latest block (BlockQueueUntil) on ``scopes`` still ahead at ``now``, and its name."""
+        found: tuple[float, str] | None = None
+        for scope in scopes:
+            for name, o in self._covering(scope):
+                if o.blocked_until > now and (found is None or o.blocked_until > found[0]):
+                    found = (o.blocked_until, name)
+        return found
+
     def _paused_by(self, scopes: list[str]) -> str | None:
         for scope in scopes:
             for name, o in self._covering(scope):
@@ -137,6 +146,9 @@ class Scopes(Crawls):
             paused = self._paused_by(scopes)
             if paused is not None:
                 return policy.Decision(None, f"paused ({paused})")  # resume reschedules its queues
+            blocked = self._blocked_by(scopes, now)
+            if blocked is not None:
+                return policy.Decision(blocked[0], f"blocked ({blocked[1]})")
         latest = policy.Decision(now, "ready")
         for scope in scopes:
             d = policy.decide(self._state(scope), now, self.scope_settings(scope), cost)

@@ -38,11 +38,14 @@ from frontier.service.lifecycle import Lifecycle
 from frontier.service.owned import Ackable, _ack_all, _Owned
 from frontier.service.reporting import Reporting
 from frontier.service.standby import Standby
+from topics.partitioning import partition_for
 from topics.schemas import (
     ControlCommand,
     EncodedUrlBatch,
     FeedbackBatch,
+    Query,
     Rejected,
+    Reply,
     SchemaError,
     UrlItem,
     decode,
@@ -70,6 +73,7 @@ class FrontierService(Reporting, Lifecycle):
         self._ready: dict[int, asyncio.Event] = defaultdict(asyncio.Event)
         self._restoring: dict[int, asyncio.Task[None]] = {}
         self._dropping: set[asyncio.Task[None]] = set()
+        self._replies: set[asyncio.Task[None]] = set()  # answers to URLFrontier gateways on their way
         self.unserved: dict[int, str] = {}  # partition → why it is assigned here but not served
         self.failure: Exception | None = None  # fatal: raised by the dispatch loop
         self._wake = asyncio.Event()
@@ -216,6 +220,9 @@ class FrontierService(Reporting, Lifecycle):
         self._wake.set()
 
     async def handle_control(self, p: int, cmd: ControlCommand, event: Ackable) -> None:
+        if cmd.query is not None:
+            await self._answer(p, cmd.query, event)
+            return
         if cmd.action == "watch":  # no state: reported in status snapshots for a while
             try:  # anyone who can write crawl.control can send one: checked here too
                 scope = watch_scope(cmd.scope)
@@ -248,6 +255,40 @@ class FrontierService(Reporting, Lifecycle):
         self._note(owned, CONTROL, event)
         self._mark(p, owned, (event,))
         self._wake.set()
+
+    async def _answer(self, p: int, query: Query, event: Ackable) -> None:
+        """A URLFrontier gateway's question, answered from this partition on crawl.replies (keyed
+        by the gateway). A deletion is applied once and answered once it committed; a record
+        delivered again after it was applied gets no second answer (its asker has given up)."""
+        owned = await self._partition(p)
+        if owned is None:
+            return
+        if query.kind not in ("delete_queue", "delete_crawl"):
+            self._reply(owned.frontier.answer(query, self.clock()), query)
+            event.ack()
+            return
+        await owned.writer.room()
+        if self._applied_before(owned, CONTROL, event):
+            return
+        reply = owned.frontier.delete(query, self.clock())
+        log.info("query %s crawl %r key %r: %d removed (partition %d)", query.kind, query.crawl, query.key[:100],
+                 reply.counts.get("removed", 0), p)  # fmt: skip
+        self._note(owned, CONTROL, event)
+        self._mark(p, owned, (event,), then=lambda: self._reply(reply, query))
+        self._wake.set()
+
+    def _reply(self, reply: Reply, query: Query) -> None:
+        task = asyncio.ensure_future(self._send_reply(reply, query))
+        self._replies.add(task)  # kept until sent
+        task.add_done_callback(self._replies.discard)
+
+    async def _send_reply(self, reply: Reply, query: Query) -> None:
+        """A reply that cannot be sent is logged, never fatal: its asker times out and says so."""
+        try:
+            await self.producer.send(self.topics.replies, encode(reply), key=query.reply_to.encode(),
+                                     partition=partition_for(query.reply_to, self.topics.partitions))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - an answer lost must not stop the frontier
+            log.warning("reply to %s (%s) not sent: %s", query.reply_to[:100], query.kind, exc)
 
     async def dead_letter(self, topic: str, partition: int, offset: int, raw: bytes | None, exc: Exception) -> None:
         """Put an undecodable record on ``crawl.rejected`` with the reason (never silently dropped)."""

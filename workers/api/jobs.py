@@ -438,6 +438,18 @@ class Jobs:
         self.holder.unsend(leased)
         await self._back(leased)
 
+    async def hold(self, leased: LeasedJob, until: float) -> None:
+        """Kept until ``until``: given up here then (not before), and the frontier told to keep its
+        lease as long (feedback ``held``)."""
+        if leased.reported:
+            raise AlreadyReported(f"{leased!r} was already reported (or given up after its lease)")
+        assert self._loop is not None
+        timer = self._timers.pop(leased, None)
+        if timer is not None:
+            timer.cancel()
+        self._timers[leased] = self._loop.call_later(max(0.0, until - time.time()), self._abandon, leased)
+        await self.reporter.report_hold(leased, until)
+
     def _claim(self, leased: LeasedJob) -> None:
         if leased.reported:
             raise AlreadyReported(f"{leased!r} was already reported (or given up after its lease)")

@@ -43,6 +43,8 @@ class Lessor(Protocol):
 
     async def release(self, leased: LeasedJob) -> None: ...
 
+    async def hold(self, leased: LeasedJob, until: float) -> None: ...
+
 
 class AlreadyReported(RuntimeError):
     """A job was reported twice (or after the worker gave it up: see :class:`LeasedJob`)."""
@@ -176,6 +178,13 @@ class LeasedJob(JobFacts):
     async def release(self) -> None:
         """Hand the job back unfetched (no request sent): the frontier queues it again."""
         await self._jobs.release(self)
+
+    async def hold(self, until: float) -> None:
+        """Keep the job until ``until`` (epoch seconds), past its usual lease: the frontier keeps
+        the lease as long, and queues the URL again if no report came by then (as the worker API
+        gives it up here then). For work handed on to a client that reports later (the URLFrontier
+        gateway's GetURLs, whose ``delay_requestable`` is this)."""
+        await self._jobs.hold(self, until)
 
     # -- async with job: ---------------------------------------------------------------------------
     async def __aenter__(self) -> LeasedJob:

@@ -83,6 +83,12 @@ class Reporter:
         self.metrics.observe(leased.kind, "expired", 0, 0.0)
         await self.publisher.report(self._feedback(leased, Outcome(), "expired"))
 
+    async def report_hold(self, leased: LeasedJob, until: float) -> None:
+        """The job stays in hand until ``until`` (feedback ``held``): its lease lasts as long."""
+        fb = self._feedback(leased, Outcome(), "held")
+        fb.held_until = until
+        await self.publisher.report(fb)
+
     async def _conclude(self, leased: LeasedJob, result: Outcome) -> None:
         """Publish what the fetch produced, then the feedback that closes the lease."""
         job, item = leased.job, leased.item
@@ -139,7 +145,7 @@ class Reporter:
 
     @staticmethod
     def _feedback(leased: LeasedJob, r: Outcome, outcome: str, body: bytes = b"", error: str = "") -> Feedback:
-        item, sent = leased.item, outcome not in ("expired", "skipped")
+        item, sent = leased.item, outcome not in ("expired", "skipped", "held")
         return Feedback(lease=leased.job.lease, host=item.host, domain=item.domain, ip=item.ip, url=item.url,
                         outcome=outcome, status=r.status, latency=r.latency, sent_at=r.sent_at if sent else 0.0,
                         done_at=r.done_at if sent else 0.0, error=error or r.error,
