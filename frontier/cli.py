@@ -314,6 +314,23 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_urlfrontier(args: argparse.Namespace) -> int:
+    from workers.urlfrontier.server import run_gateway
+
+    cfg = _config(args)
+    if args.port is not None or args.bind is not None:
+        gw = cfg.urlfrontier
+        gw = replace(gw, port=args.port if args.port is not None else gw.port,
+                     bind=args.bind if args.bind is not None else gw.bind)  # fmt: skip
+        gw.validate()
+        cfg = replace(cfg, urlfrontier=gw)
+    logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    kafka = _kafka(cfg, wait=SERVICE_WAIT)
+    _check_topic_limits(cfg, kafka)
+    run_gateway(cfg, kafka)
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from frontier.demo.crawl import run_demo
 
@@ -424,6 +441,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="take the jobs of this crawl only (its own jobs topic and worker group)")  # fmt: skip
     w.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
     w.set_defaults(func=cmd_worker)
+
+    g = command("urlfrontier", "serve the URLFrontier gRPC API (crawler-commons 2.6) over the frontier")
+    g.add_argument("--port", type=int, default=None, help="listen on this port (default: urlfrontier.port, 7071)")
+    g.add_argument("--bind", default=None, help="listen on this address (default: urlfrontier.bind, 127.0.0.1)")
+    g.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
+    g.set_defaults(func=cmd_urlfrontier)
 
     d = command("demo", "a local demo crawl: Kafka, frontier, 2 workers, demo sites")
     d.add_argument("--duration", type=float, default=60.0, help="upper bound on the crawl, seconds")

@@ -92,6 +92,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "workers.examples": ("workers.api", "frontier.config"),  # workers by other code, on the API
     # the Scrapy add-on: a worker on the API, which also asks the frontier when its crawl is done
     "workers.scrapy": ("workers.api", "workers.scrapy", "frontier.client", *WORKER_API),
+    # the URLFrontier gateway: a worker of its clients' crawls on the API, asking the partitions
+    # (queries on crawl.control) and waiting for the frontier to apply what it put
+    "workers.urlfrontier": ("workers.api", "workers.urlfrontier", "frontier.observability.feed", *WORKER_API),
     "deploy": ("deploy",),
 }
 

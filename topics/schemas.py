@@ -425,15 +425,19 @@ class ControlCommand(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 # -- the URLFrontier gateway's questions to the partitions (crawl.control) and their answers ----------
-QUERY_KINDS = ("stats", "queues", "urls", "count", "status", "crawls", "delete_queue", "delete_crawl")
+QUERY_KINDS = ("stats", "queues", "urls", "count", "status", "crawls", "delete_queue", "delete_crawl", "hold")
+CHANGING_KINDS = ("delete_queue", "delete_crawl", "hold")  # applied once, answered once committed
+MAX_HOLD_LEASES = 10_000
 MAX_QUERY_LIMIT = 1000  # URL records or queue keys in one reply at most (a reply must fit its topic)
 
 
 class Query(msgspec.Struct, kw_only=True, omit_defaults=True):
     """A URLFrontier gateway's question to every partition (a :class:`ControlCommand` with action
     ``query``). Each partition's owner answers with a :class:`Reply` on ``crawl.replies`` keyed
-    by ``reply_to``. ``delete_queue`` and ``delete_crawl`` change the partition (applied once,
-    answered once committed); the others only read it."""
+    by ``reply_to``. ``delete_queue``, ``delete_crawl`` and ``hold`` (``leases`` in a client's hands
+    until ``until``: handed out by GetURLs) change the partition (applied once, answered once
+    committed); the others only read it. A gateway's questions reach a partition in the order it
+    sent them, after its holds and deletions: a question sees them done."""
 
     id: str  # the asker's request id, echoed in each reply
     reply_to: str  # the asking gateway: the key of the replies
@@ -444,6 +448,8 @@ class Query(msgspec.Struct, kw_only=True, omit_defaults=True):
     after: str = ""  # urls / queues: the answer starts after this (the cursor of the previous reply)
     limit: int = 0  # urls / queues: at most this many (<= MAX_QUERY_LIMIT)
     inactive: bool = False  # queues: with the queues that have nothing queued or in flight
+    leases: list[str] = msgspec.field(default_factory=list)  # hold: the leases handed out
+    until: float = 0.0  # hold: in the client's hands until then (epoch s)
 
     def validate(self) -> None:
         if self.kind not in QUERY_KINDS:
@@ -454,6 +460,10 @@ class Query(msgspec.Struct, kw_only=True, omit_defaults=True):
             valid_crawl(self.crawl)
         if len(self.key) > 2048 or len(self.url) > 8192 or len(self.after) > 10_240:
             raise ValueError("query key, url or cursor too long")
+        if len(self.leases) > MAX_HOLD_LEASES or any(len(lease) > 64 for lease in self.leases):
+            raise ValueError(f"a hold names at most {MAX_HOLD_LEASES} leases (ids of at most 64 characters)")
+        if not 0 <= self.until < 1e11:
+            raise ValueError(f"until must be epoch seconds, got {self.until}")
         if not 0 <= self.limit <= MAX_QUERY_LIMIT:
             raise ValueError(f"query limit must be within 0..{MAX_QUERY_LIMIT}, got {self.limit}")
 

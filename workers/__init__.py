@@ -6,6 +6,7 @@
 - ``fetcher``   the project's worker process (``crawl-frontier worker``): the API serving the built-in
   fetcher or a ``--fetcher``
 - ``scrapy``    Scrapy spiders on the API: the add-on ``workers.scrapy.FrontierAddon`` (settings only)
+- ``urlfrontier`` the URLFrontier gRPC API (``crawl-frontier urlfrontier``): a worker of its clients' crawls
 - ``examples``  workers by other code (requests, httpx, urllib) and a Scrapy project, crawled in CI
 
 The rooms import downwards only: ``api`` none of the others, the others ``api`` (and not one

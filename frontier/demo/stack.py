@@ -78,6 +78,7 @@ class Stack:
     kafka_extra: dict[str, str] = field(default_factory=dict)  # e.g. SASL settings for every client
     # local test sites live on loopback, which workers refuse unless told otherwise
     worker: dict[str, Any] = field(default_factory=lambda: {"allow_networks": ["127.0.0.0/8"]})
+    urlfrontier: dict[str, Any] = field(default_factory=dict)  # the URLFrontier gateway's section
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -92,6 +93,7 @@ class Stack:
                     "frontier": {"app_id": self.app_id, "state_dir": str(self.workdir / "state"), **self.frontier},
                     "throttle": self.throttle,
                     "worker": self.worker,
+                    "urlfrontier": self.urlfrontier,
                 }
             )
         )
@@ -128,6 +130,10 @@ class Stack:
 
     def start_worker(self, name: str, concurrency: int = 8, *args: str) -> subprocess.Popen[bytes]:
         return self._spawn(name, "worker", "--concurrency", str(concurrency), *args)
+
+    def start_gateway(self, name: str, port: int) -> subprocess.Popen[bytes]:
+        """A URLFrontier gateway (``crawl-frontier urlfrontier``) on 127.0.0.1:``port``."""
+        return self._spawn(name, "urlfrontier", "--port", str(port), "--bind", "127.0.0.1")
 
     def start_program(self, name: str, module: str, *args: str) -> subprocess.Popen[bytes]:
         """``python -m module --config <the stack's file> args``: a worker built on the worker API

@@ -14,6 +14,8 @@ stores and changelogs written by earlier versions and must stay byte for byte:
 - ``V<due ms><fingerprint>``           a fetched URL due for a revisit at ``due``, value: UrlItem
 - ``K<crawl>``                         a crawl's record in this partition (its commands, counters and
   seen-set generation), value: CrawlRecord (``crawls.py``; version 3)
+- ``U<crawl>\\x1e<key>\\x1f<url>``     a URLFrontier client's recorded URL in its crawl under its queue key,
+  value: ApiRecord (``recorded.py``; version 3)
 - ``I<input>``                         the offset of the last record of an input topic (``u`` URL batches,
   ``f`` feedback, ``c`` control) applied to the partition, written in the same transaction as its
   effects: a record delivered again after a rebalance is applied once (``frontier.service``)
@@ -53,6 +55,7 @@ OVERRIDE = b"O"
 REVISIT = b"V"
 INPUT = b"I"
 CRAWL = b"K"
+RECORD = b"U"
 META = b"\x00"  # local bookkeeping: never goes to the changelog (ACK_KEY aside, see the module doc)
 
 CLEAN_KEY = META + b"clean-offset"  # present only while the database is closed cleanly
@@ -200,3 +203,20 @@ def revisit_due_ms(key: bytes) -> int:
 def revisit_seen_key(key: bytes) -> bytes:
     """The seen key of the URL a revisit key names."""
     return SEEN + key[9:]
+
+
+def record_prefix(crawl: str, key: str | None = None) -> bytes:
+    """The records of a crawl, or of one of its queue keys."""
+    base = RECORD + crawl.encode() + CRAWL_SEP.encode()
+    return base if key is None else base + key.encode() + SEP.encode()
+
+
+def record_key(crawl: str, key: str, url: str) -> bytes:
+    return record_prefix(crawl, key) + url.encode()
+
+
+def split_record_key(raw: bytes) -> tuple[str, str, str]:
+    """(crawl, key, url) of a record key."""
+    crawl, _, rest = raw[1:].partition(CRAWL_SEP.encode())
+    key, _, url = rest.partition(SEP.encode())
+    return crawl.decode(), key.decode(), url.decode()

@@ -18,7 +18,7 @@ import msgspec
 
 from frontier.core import policy
 from frontier.core.robots import origin
-from frontier.partition.keys import lease_key, lease_of, queue_id, scope_queue
+from frontier.partition.keys import lease_key, queue_id, scope_queue
 from frontier.partition.records import REPORT_KINDS, Dispatch, Lease, Report, encoder, lease_dec, lease_raw_dec
 from frontier.partition.revisits import Revisits
 from frontier.partition.robots import Robots
@@ -96,7 +96,7 @@ class Leases(Robots, Revisits):
             return False
         item = lease.item
         if fb.outcome == "held":  # in a client's hands until then: the lease lasts as long
-            self._hold(key, lease, fb.held_until)
+            self.hold(fb.lease, fb.held_until)
             return True
         if fb.outcome == "expired" and lease.held_until > now:
             self.stats.stale_feedback += 1  # its job read again (a gateway restarted): the client still has it
@@ -142,16 +142,31 @@ class Leases(Robots, Revisits):
         self._closed(lease, now)
         return True
 
-    def _hold(self, key: bytes, lease: Lease[UrlItem], until: float) -> None:
-        """A URLFrontier client took the job (GetURLs): the lease lasts until ``until`` (its
-        delay_requestable), then the URL is handed out again (:meth:`expire_leases`)."""
+    def hold(self, lease_id: str, until: float) -> bool:
+        """A client took the job (a URLFrontier GetURLs; feedback ``held``): the lease lasts until
+        ``until`` (its delay_requestable), then the URL is queued again (:meth:`expire_leases`).
+        False: no such lease open (a result came first)."""
+        key = lease_key(lease_id)
         raw = self.kv.get(key)
-        assert raw is not None
+        if raw is None:
+            return False
         held = lease_raw_dec.decode(raw)
+        if held.kind != "page":
+            return False
         held.held_until = until
         held.deadline = until
         self._put(key, encoder.encode(held))
-        heapq.heappush(self._leases, (until, lease_of(key)))
+        heapq.heappush(self._leases, (until, lease_id))
+        return True
+
+    def _end_lease(self, key: bytes, lease: Lease[UrlItem], now: float) -> None:
+        """Close a lease with no result and no signal (a client's time over, its URL deleted): its
+        scopes' slots are free again, as for a job handed back unfetched."""
+        event = policy.Done(dispatched_at=lease.dispatched_at, adjust=False, outcome="expired")
+        for scope in lease.scopes:
+            self._apply(scope, event, now)
+        self._delete(key)
+        self._closed(lease, now)
 
     def _decided_while_leased(self, item: UrlItem) -> bool:  # Recorded's
         return False
@@ -203,8 +218,7 @@ class Leases(Robots, Revisits):
             if lease.held_until and dropped is None:  # its client did not answer in time: handed out again
                 self._enqueue(lease.qkey, lease.item, now)
                 self.stats.returned += 1
-                self._delete(key)
-                self._closed(lease, now)
+                self._end_lease(key, lease, now)
                 expired += 1
                 continue
             if dropped is not None:

@@ -15,15 +15,23 @@ from __future__ import annotations
 
 import msgspec
 
-from frontier.partition.keys import LEASE, QueueId, queue_crawl, queue_prefix, revisit_key, seen_key
+from frontier.partition.keys import (
+    LEASE,
+    QueueId,
+    lease_of,
+    queue_crawl,
+    queue_prefix,
+    record_key,
+    record_prefix,
+    revisit_key,
+    seen_key,
+    split_record_key,
+)
 from frontier.partition.leases import Leases
 from frontier.partition.records import encoder, item_dec, lease_dec
 from frontier.partition.seen import SEEN_DONE, SEEN_OPEN, SEEN_REVISIT, read_seen, seen_value
 from topics.schemas import MAX_QUERY_LIMIT, Query, Reply, UrlItem, UrlRecord
 
-RECORD = b"U"
-_CRAWL_END = b"\x1e"
-_KEY_END = b"\x1f"
 REPLY_BUDGET = 256 * 1024  # bytes of URL records or keys in one reply at most (the topic allows 4 MiB)
 
 
@@ -38,22 +46,6 @@ class ApiRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 _record_dec = msgspec.json.Decoder(ApiRecord)
 _record_enc = msgspec.json.Encoder()
-
-
-def record_prefix(crawl: str, key: str | None = None) -> bytes:
-    base = RECORD + crawl.encode() + _CRAWL_END
-    return base if key is None else base + key.encode() + _KEY_END
-
-
-def record_key(crawl: str, key: str, url: str) -> bytes:
-    return record_prefix(crawl, key) + url.encode()
-
-
-def split_record_key(raw: bytes) -> tuple[str, str, str]:
-    """(crawl, key, url) of a record key."""
-    crawl, _, rest = raw[1:].partition(_CRAWL_END)
-    key, _, url = rest.partition(_KEY_END)
-    return crawl.decode(), key.decode(), url.decode()
 
 
 class Recorded(Leases):
@@ -129,8 +121,12 @@ class Recorded(Leases):
             reply.crawls = sorted(c for c in list(self._crawls) if self.kv.first(record_prefix(c)) is not None)
         return reply
 
-    def delete(self, query: Query, now: float) -> Reply:
-        """A deletion: the queue's (``key``) or the whole crawl's URLs, recorded or queued."""
+    def change(self, query: Query, now: float) -> Reply:
+        """A deletion (the queue's URLs, ``key``, or the whole crawl's, recorded or queued) or a
+        hold (leases handed out to a client until ``until``)."""
+        if query.kind == "hold":
+            held = sum(1 for lease in query.leases if self.hold(lease, query.until))
+            return Reply(id=query.id, partition=self.partition, counts={"held": held})
         removed = self._delete_crawl(query.crawl, now) if query.kind == "delete_crawl" else \
             self._delete_queue(query.crawl, query.key, now)  # fmt: skip
         return Reply(id=query.id, partition=self.partition, counts={"removed": removed})
@@ -150,8 +146,8 @@ class Recorded(Leases):
             lease = lease_dec.decode(raw)
             if lease.kind != "page" or lease.item.crawl != crawl or (key is not None and lease.item.key != key):
                 continue
-            if lease.held_until and lease.held_until <= now:
-                continue  # its client's time is over: it is handed out again
+            if lease.item.key and lease.held_until <= now:
+                continue  # a client's URL not in its hands (not handed out yet, or its time is over)
             in_process += 1
             if lease.item.key:
                 active.add(lease.item.key)
@@ -205,7 +201,23 @@ class Recorded(Leases):
             removed += 1
         for qid in [q for q in self._queued if queue_crawl(q) == crawl]:
             self._drop_keyed(qid, key, now)
+        self._end_leases(crawl, key, now)
         return removed
+
+    def _end_leases(self, crawl: str, key: str | None, now: float) -> None:
+        """The deleted URLs in flight end now (their host's slot too): a result that comes later
+        is a late one (its server signals still count), and nothing brings them back."""
+        record = self._crawls.get(crawl)
+        for lkey, raw in list(self.kv.scan(LEASE)):
+            lease = lease_dec.decode(raw)
+            if lease.kind != "page" or lease.item.crawl != crawl or (key is not None and lease.item.key != key):
+                continue
+            skey = seen_key(self._fingerprint(lease.item))
+            if self.kv.get(skey) is not None:
+                self._delete(skey)
+            if record is not None:
+                record.dropped_leases.pop(lease_of(lkey), None)
+            self._end_lease(lkey, lease, now)
 
     def _drop_keyed(self, qid: QueueId, key: str, now: float) -> None:
         """Remove the queued entries of ``qid`` recorded under ``key``."""
@@ -232,4 +244,5 @@ class Recorded(Leases):
             self._delete(rkey)
             recorded += 1
         dropped = self._drop_crawl(crawl, now, forget=True) if crawl in self._crawls else 0
+        self._end_leases(crawl, None, now)
         return max(recorded, dropped)

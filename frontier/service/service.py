@@ -40,6 +40,7 @@ from frontier.service.reporting import Reporting
 from frontier.service.standby import Standby
 from topics.partitioning import partition_for
 from topics.schemas import (
+    CHANGING_KINDS,
     ControlCommand,
     EncodedUrlBatch,
     FeedbackBatch,
@@ -258,21 +259,22 @@ class FrontierService(Reporting, Lifecycle):
 
     async def _answer(self, p: int, query: Query, event: Ackable) -> None:
         """A URLFrontier gateway's question, answered from this partition on crawl.replies (keyed
-        by the gateway). A deletion is applied once and answered once it committed; a record
+        by the gateway). A change (a deletion, a hold) is applied once and answered once it committed; a record
         delivered again after it was applied gets no second answer (its asker has given up)."""
         owned = await self._partition(p)
         if owned is None:
             return
-        if query.kind not in ("delete_queue", "delete_crawl"):
+        if query.kind not in CHANGING_KINDS:
             self._reply(owned.frontier.answer(query, self.clock()), query)
             event.ack()
             return
         await owned.writer.room()
         if self._applied_before(owned, CONTROL, event):
             return
-        reply = owned.frontier.delete(query, self.clock())
-        log.info("query %s crawl %r key %r: %d removed (partition %d)", query.kind, query.crawl, query.key[:100],
-                 reply.counts.get("removed", 0), p)  # fmt: skip
+        reply = owned.frontier.change(query, self.clock())
+        if query.kind != "hold":
+            log.info("query %s crawl %r key %r: %d removed (partition %d)", query.kind, query.crawl, query.key[:100],
+                     reply.counts.get("removed", 0), p)  # fmt: skip
         self._note(owned, CONTROL, event)
         self._mark(p, owned, (event,), then=lambda: self._reply(reply, query))
         self._wake.set()

@@ -1,7 +1,8 @@
 """URLFrontier throughput: URLs per second through any URLFrontier 2.6 gRPC service (the
 crawler-commons API, ``workers/urlfrontier/proto``), put in and got out, target by target.
 
-Each round on a target: DeleteCrawl of the crawl used (so that it starts empty), then
+Each round on a target: DeleteCrawl of the crawl used (so that it starts empty; the benchmark is
+destructive: it deletes the default crawl unless ``--crawl`` is given), then
 
 - put: N URLs (``--urls``) over H hosts (``--hosts``), ``http://h{i}.bench.invalid/p{j}`` (never
   resolved nor fetched: the services only store them), as DiscoveredURLItems on ONE PutURLs stream
@@ -11,20 +12,29 @@ Each round on a target: DeleteCrawl of the crawl used (so that it starts empty),
   called again and again until every URL put came back once, or ``--get-timeout`` passed. Figure:
   URLs received per second (from the first call to the last new URL), with how many came back,
   how many calls were made and the most URLs one call gave out for a single queue. A polite
-  service paces its queues: this is reported, not asserted.
+  service paces its queues: this is reported, not asserted. The URLs got are never acknowledged
+  (no KnownURLItem is sent back, as a crawler would once it fetched them): a service which counts
+  the URLs in flight against max_urls_per_queue (the reference does) gives out at most
+  ``--per-queue`` URLs per host in a run, so the get phase is complete only when URLs/hosts is at
+  most ``--per-queue`` (the defaults: 100 and 100).
+
+Then the round's crawl is deleted again (not timed) unless ``--keep``.
 
 With several targets and ``--rounds`` > 1 the targets alternate (A B, B A, A B, ...) so that the
-machine's drift weighs on each alike. Beside each result, calibration: the speed of a fixed CPU
-task (building, serialising and parsing URLItems, the client's own share of the work) relative to
-its first run in this invocation (1.00 = as fast; 0.80 = the machine is 20 % slower now), and the
-1-minute load average. The summary gives each target's medians.
+machine's drift weighs on each alike. Each phase also shows the CPU seconds this client spent in it
+(all its threads): near the phase's wall time, the figure is the client's ceiling as much as the
+service's (one Python gRPC stream costs roughly 70 us of client CPU per URL put and acked). Beside
+each result, calibration: the speed of a fixed CPU task (building, serialising and parsing
+URLItems, the client's own share of the work) relative to its first run in this invocation
+(1.00 = as fast; 0.80 = the machine is 20 % slower now), and the 1-minute load average. The
+summary gives each target's medians.
 
 GetURLs' crawlID: the reference (2.6) stores the default crawl as "DEFAULT" and does not normalise
 the crawlID of GetURLs, so crawlID "" gets nothing from it; the default crawl is therefore asked for
 as "DEFAULT" (``--get-crawl-id`` sends any other value as is, "" included).
 
     python tests/bench/urlfrontier_throughput.py --target reference=localhost:7071 [--target ours=HOST:PORT]
-        [--rounds N] [--urls N] [--hosts H] [--per-queue N] [--get-timeout S] [--crawl PREFIX] [--json]
+        [--rounds N] [--warmup N] [--urls N] [--hosts H] [--per-queue N] [--get-timeout S] [--crawl PREFIX] [--json]
 
 Exit code 0 when it ran, 1 (with a one-line error) when a target cannot be reached or fails a call.
 """
@@ -53,7 +63,7 @@ from workers.urlfrontier.proto import urlfrontier_pb2_grpc as pbg
 BENCH = "urlfrontier_throughput"
 DEFAULT_CRAWL = "DEFAULT"  # how the services name the crawl of crawlID ""
 DELAY_REQUESTABLE = 600  # seconds: long enough that no URL is handed out twice during a run
-CALIBRATION_ITEMS = 5_000
+CALIBRATION_ITEMS = 20_000
 
 
 class BenchError(Exception):
@@ -73,6 +83,7 @@ class PutResult:
     skipped: int
     fail: int
     seconds: float
+    cpu: float  # CPU seconds of this process (all its threads, gRPC's included) during the phase
     note: str
 
     @property
@@ -94,6 +105,7 @@ class GetResult:
     empty_calls: int
     max_per_queue_call: int  # the most URLs one call gave out for one queue
     seconds: float  # from the first call to the last new URL
+    cpu: float  # CPU seconds of this process during the phase
     note: str
 
     @property
@@ -127,7 +139,7 @@ def discovered(urls: Sequence[str], crawl_id: str) -> list[pb.URLItem]:
     return [pb.URLItem(discovered=pb.DiscoveredURLItem(info=pb.URLInfo(url=u, crawlID=crawl_id))) for u in urls]
 
 
-def calibration_seconds(repeats: int = 3) -> float:
+def calibration_seconds(repeats: int = 5) -> float:
     """Median seconds of a fixed CPU task: build, serialise and parse back CALIBRATION_ITEMS URLItems."""
     urls = urls_for(CALIBRATION_ITEMS, 97)
     times = []
@@ -139,7 +151,7 @@ def calibration_seconds(repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-def parse_target(spec: str, index: int) -> Target:
+def parse_target(spec: str) -> Target:
     name, sep, address = spec.partition("=")
     if not sep:
         name, address = spec, spec
@@ -178,6 +190,7 @@ def put_phase(stub: pbg.URLFrontierStub, items: Sequence[pb.URLItem], timeout: f
 
     statuses: Counter[int] = Counter()
     note = ""
+    cpu = time.process_time()
     try:
         for ack in stub.PutURLs(requests(), timeout=timeout):
             statuses[ack.status] += 1
@@ -188,7 +201,8 @@ def put_phase(stub: pbg.URLFrontierStub, items: Sequence[pb.URLItem], timeout: f
     ended = time.perf_counter()
     seconds = ended - (first_send[0] if first_send else ended)
     ok, skipped, fail = (statuses[pb.AckMessage.OK], statuses[pb.AckMessage.SKIPPED], statuses[pb.AckMessage.FAIL])
-    return PutResult(sent=sent[0], ok=ok, skipped=skipped, fail=fail, seconds=seconds, note=note)
+    cpu = time.process_time() - cpu
+    return PutResult(sent=sent[0], ok=ok, skipped=skipped, fail=fail, seconds=seconds, cpu=cpu, note=note)
 
 
 def get_phase(stub: pbg.URLFrontierStub, urls: Sequence[str], params: pb.GetParams,
@@ -198,6 +212,7 @@ def get_phase(stub: pbg.URLFrontierStub, urls: Sequence[str], params: pb.GetPara
     wanted = set(urls)
     seen: set[str] = set()
     duplicates = foreign = calls = empty_calls = max_per_queue = 0
+    cpu = time.process_time()
     started = time.perf_counter()
     deadline = started + args.get_timeout
     last_new = started
@@ -212,6 +227,7 @@ def get_phase(stub: pbg.URLFrontierStub, urls: Sequence[str], params: pb.GetPara
             break
         calls += 1
         per_queue: Counter[str] = Counter()
+        cut_by_timeout = remaining < args.call_timeout
         try:
             for info in stub.GetURLs(params, timeout=min(args.call_timeout, remaining)):
                 per_queue[info.key or urlsplit(info.url).netloc] += 1
@@ -225,7 +241,7 @@ def get_phase(stub: pbg.URLFrontierStub, urls: Sequence[str], params: pb.GetPara
         except grpc.RpcError as e:
             if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
                 raise
-            note = f"call {calls} cut at its deadline"
+            note = f"stopped after {args.get_timeout:g} s" if cut_by_timeout else f"call {calls} cut at its deadline"
         got = sum(per_queue.values())
         if per_queue:
             max_per_queue = max(max_per_queue, max(per_queue.values()))
@@ -241,7 +257,7 @@ def get_phase(stub: pbg.URLFrontierStub, urls: Sequence[str], params: pb.GetPara
             time.sleep(max(0.0, min(args.poll_interval, deadline - time.perf_counter())))
     return GetResult(wanted=len(wanted), received=len(seen), duplicates=duplicates, foreign=foreign, calls=calls,
                      empty_calls=empty_calls, max_per_queue_call=max_per_queue, seconds=last_new - started,
-                     note=note)  # fmt: skip
+                     cpu=time.process_time() - cpu, note=note)  # fmt: skip
 
 
 def crawl_of(args: argparse.Namespace, target_index: int, round_no: int) -> tuple[str, str, str]:
@@ -266,24 +282,36 @@ def run_round(stub: pbg.URLFrontierStub, target: Target, target_index: int, roun
     params = pb.GetParams(max_urls_per_queue=args.per_queue, max_queues=0, delay_requestable=DELAY_REQUESTABLE,
                           crawlID=get_id)  # fmt: skip
     got = get_phase(stub, urls, params, args)
+    if not args.keep:
+        delete_crawl(stub, delete_id, args.delete_timeout)  # leave the service as found (not timed)
     return RoundResult(target=target, round=round_no, crawl=delete_id, deleted=deleted, delete_seconds=delete_seconds,
                        put=put, get=got, calibration=calibration, load=load)  # fmt: skip
+
+
+def measured(stub: pbg.URLFrontierStub, target: Target, target_index: int, round_no: int, args: argparse.Namespace,
+             urls: Sequence[str], baseline: float) -> RoundResult:  # fmt: skip
+    try:
+        return run_round(stub, target, target_index, round_no, args, urls, baseline)
+    except grpc.RpcError as e:
+        raise BenchError(f"target {target.name} ({target.address}): {e.code().name}: {e.details()}") from e
 
 
 def line(r: RoundResult, width: int) -> str:
     p, g = r.put, r.get
     put = f"put {p.sent} URLs: {p.rate:.0f} URLs/s (ok {p.ok} skipped {p.skipped} fail {p.fail}"
+    put += f", client cpu {p.cpu:.1f} s"
     if p.acked < p.sent:
         put += f", {p.sent - p.acked} not acked"
     put += f"; {p.note})" if p.note else ")"
     get = f"get {g.received} in {g.seconds:.1f} s: {g.rate:.0f} URLs/s (calls {g.calls}, empty {g.empty_calls}, "
-    get += f"max {g.max_per_queue_call} per queue per call"
+    get += f"max {g.max_per_queue_call} per queue per call, client cpu {g.cpu:.1f} s"
     if g.duplicates or g.foreign:
         get += f", {g.duplicates} again, {g.foreign} foreign"
     get += f"; {g.note})" if g.note else ")"
     if g.received == 0 and p.ok:
         get += " [nothing came back: is --get-crawl-id right?]"
-    return (f"{r.target.name:<{width}}  round {r.round}  {put}  {get}  calibration {r.calibration:.2f}"
+    label = f"round {r.round}" if r.round else "warm-up"
+    return (f"{r.target.name:<{width}}  {label}  {put}  {get}  calibration {r.calibration:.2f}"
             f" (load {r.load:.2f}, deleted {r.deleted} in {r.delete_seconds:.2f} s)")  # fmt: skip
 
 
@@ -291,11 +319,12 @@ def figures(r: RoundResult) -> dict[str, Any]:
     p, g = r.put, r.get
     return {"target": r.target.name, "address": r.target.address, "round": r.round, "crawl": r.crawl,
             "urls": p.sent, "put_urls_per_s": round(p.rate), "put_ok": p.ok, "put_skipped": p.skipped,
-            "put_fail": p.fail, "put_s": round(p.seconds, 3), "get_received": g.received,
-            "get_urls_per_s": round(g.rate), "get_s": round(g.seconds, 3), "get_calls": g.calls,
-            "get_empty_calls": g.empty_calls, "get_max_per_queue_call": g.max_per_queue_call,
-            "get_again": g.duplicates, "get_foreign": g.foreign, "calibration": round(r.calibration, 3),
-            "load_1min": round(r.load, 2), "note": "; ".join(n for n in (p.note, g.note) if n)}  # fmt: skip
+            "put_fail": p.fail, "put_s": round(p.seconds, 3), "put_client_cpu_s": round(p.cpu, 2),
+            "get_received": g.received, "get_urls_per_s": round(g.rate), "get_s": round(g.seconds, 3),
+            "get_client_cpu_s": round(g.cpu, 2), "get_calls": g.calls, "get_empty_calls": g.empty_calls,
+            "get_max_per_queue_call": g.max_per_queue_call, "get_again": g.duplicates, "get_foreign": g.foreign,
+            "calibration": round(r.calibration, 3), "load_1min": round(r.load, 2),
+            "note": "; ".join(n for n in (p.note, g.note) if n)}  # fmt: skip
 
 
 def report(args: argparse.Namespace, name: str, **values: Any) -> None:
@@ -331,6 +360,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--target", action="append", required=True, metavar="[NAME=]HOST:PORT",
                    help="a URLFrontier service to measure (repeatable)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=1, help="rounds per target, the targets alternating (default 1)")
+    p.add_argument("--warmup", type=int, default=0,
+                   help="unmeasured rounds per target first, left out of the summary (default 0)")  # fmt: skip
     p.add_argument("--urls", type=int, default=20_000, help="URLs put per round (default 20000)")
     p.add_argument("--hosts", type=int, default=200, help="hosts they are spread over (default 200)")
     p.add_argument("--per-queue", type=int, default=100, help="GetURLs max_urls_per_queue (default 100)")
@@ -348,17 +379,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--get-crawl-id", default=None,
                    help="crawlID sent with GetURLs, as is (default: the round's crawl, DEFAULT for the default one)",
                    )  # fmt: skip
+    p.add_argument("--keep", action="store_true", help="leave each round's URLs in the service (default: deleted)")
     p.add_argument("--json", action="store_true", help="also print one JSON line per result")
     p.add_argument("--verbose", action="store_true", help="one line per GetURLs call, on stderr")
     args = p.parse_args(argv)
     for name in ("rounds", "urls", "hosts", "per_queue", "max_calls"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup < 0:
+        p.error("--warmup must not be negative")
     for name in ("get_timeout", "put_timeout", "call_timeout", "delete_timeout", "connect_timeout"):
         if getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     try:
-        args.targets = [parse_target(spec, i) for i, spec in enumerate(args.target)]
+        args.targets = [parse_target(spec) for spec in args.target]
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
     if len({t.name for t in args.targets}) < len(args.targets):
@@ -388,16 +422,16 @@ def run(args: argparse.Namespace) -> None:
         report(args, f"{BENCH}_calibration", calibration_task_ms=round(baseline * 1000, 1),
                load_1min=round(os.getloadavg()[0], 2))  # fmt: skip
         urls = urls_for(args.urls, args.hosts)
+        for _ in range(args.warmup):  # not measured: a JVM service compiles its hot paths meanwhile
+            for index, target in enumerate(targets):
+                print(line(measured(stubs[target], target, index, 0, args, urls, baseline), width), flush=True)
         results: list[RoundResult] = []
         for round_no in range(1, args.rounds + 1):
             order = list(enumerate(targets))
             if round_no % 2 == 0:
                 order.reverse()
             for index, target in order:
-                try:
-                    result = run_round(stubs[target], target, index, round_no, args, urls, baseline)
-                except grpc.RpcError as e:
-                    raise BenchError(f"target {target.name} ({target.address}): {e.code().name}: {e.details()}") from e
+                result = measured(stubs[target], target, index, round_no, args, urls, baseline)
                 results.append(result)
                 print(line(result, width), flush=True)
                 report(args, BENCH, **figures(result))

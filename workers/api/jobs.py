@@ -438,7 +438,7 @@ class Jobs:
         self.holder.unsend(leased)
         await self._back(leased)
 
-    async def hold(self, leased: LeasedJob, until: float) -> None:
+    async def hold(self, leased: LeasedJob, until: float, tell: bool = True) -> None:
         """Kept until ``until``: given up here then (not before), and the frontier told to keep its
         lease as long (feedback ``held``)."""
         if leased.reported:
@@ -448,7 +448,8 @@ class Jobs:
         if timer is not None:
             timer.cancel()
         self._timers[leased] = self._loop.call_later(max(0.0, until - time.time()), self._abandon, leased)
-        await self.reporter.report_hold(leased, until)
+        if tell:
+            await self.reporter.report_hold(leased, until)
 
     def _claim(self, leased: LeasedJob) -> None:
         if leased.reported:

@@ -43,7 +43,7 @@ class Lessor(Protocol):
 
     async def release(self, leased: LeasedJob) -> None: ...
 
-    async def hold(self, leased: LeasedJob, until: float) -> None: ...
+    async def hold(self, leased: LeasedJob, until: float, tell: bool = True) -> None: ...
 
 
 class AlreadyReported(RuntimeError):
@@ -179,12 +179,13 @@ class LeasedJob(JobFacts):
         """Hand the job back unfetched (no request sent): the frontier queues it again."""
         await self._jobs.release(self)
 
-    async def hold(self, until: float) -> None:
+    async def hold(self, until: float, tell: bool = True) -> None:
         """Keep the job until ``until`` (epoch seconds), past its usual lease: the frontier keeps
-        the lease as long, and queues the URL again if no report came by then (as the worker API
-        gives it up here then). For work handed on to a client that reports later (the URLFrontier
-        gateway's GetURLs, whose ``delay_requestable`` is this)."""
-        await self._jobs.hold(self, until)
+        the lease as long (feedback ``held``; ``tell=False``: the caller tells it another way), and
+        queues the URL again if no report came by then (as the worker API gives it up here then).
+        For work handed on to a client that reports later (the URLFrontier gateway's GetURLs,
+        whose ``delay_requestable`` is this)."""
+        await self._jobs.hold(self, until, tell)
 
     # -- async with job: ---------------------------------------------------------------------------
     async def __aenter__(self) -> LeasedJob:

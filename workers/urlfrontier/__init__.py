@@ -1,0 +1,9 @@
+"""The URLFrontier API (crawler-commons URLFrontier 2.6, gRPC) over the frontier:
+``crawl-frontier urlfrontier`` (docs/URLFRONTIER.md).
+
+- ``mapping.py``  the API's terms in the frontier's: crawl IDs, queue keys, fetch status in metadata
+- ``queries.py``  questions to every partition on ``crawl.control``, answers on ``crawl.replies``
+- ``pool.py``     GetURLs: each crawl's jobs through the worker API, handed out and held
+- ``service.py``  the RPCs; ``server.py`` the process
+- ``proto/``      the API's proto and its generated stubs (``generate.sh``)
+"""

@@ -1,0 +1,188 @@
+"""What GetURLs hands out: each crawl's jobs, taken from the frontier through the worker API.
+
+The gateway is a worker of every crawl a client uses (one :class:`~workers.api.jobs.Jobs` per
+crawl, in its worker group): a job comes to it only when the frontier's politeness says its host
+may be sent to, and the worker API holds it until its send time. A job waits in the crawl's
+*ready* list until a GetURLs takes it; then it is *handed out*: the frontier is told to keep its
+lease until ``delay_requestable`` has passed (feedback ``held``), after which the frontier queues
+the URL again, whether or not this gateway still runs. A known-URL update of a URL handed out
+here reports its job (status and throttling headers from its metadata: the host's delay moves
+as for any worker's report). A ready job past its time is handed back to the frontier.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from frontier.config import Config
+from frontier.kafka import Kafka
+from topics.schemas import DEFAULT_CRAWL
+from workers.api import Jobs, LeasedJob, Outcome
+from workers.urlfrontier.mapping import Signal, default_key
+
+log = logging.getLogger("urlfrontier")
+SWEEP = 0.5  # seconds between looks for ready jobs past their time
+MAX_HANDED = 200_000  # URLs handed out remembered per crawl (their updates report them)
+
+
+@dataclass
+class Handed:
+    job: LeasedJob
+    at: float  # handed out then (epoch s): the send time reported
+    until: float  # the client has it until then
+
+
+class CrawlPool:
+    """One crawl's jobs in this gateway."""
+
+    def __init__(self, cfg: Config, crawl: str, kafka: Kafka) -> None:
+        self.crawl = crawl
+        self.cfg = cfg
+        self.jobs = Jobs(cfg, crawl=crawl, kafka=kafka, concurrency=cfg.urlfrontier.held, check_addresses=False,
+                         name=f"urlfrontier-{crawl}")  # fmt: skip
+        self.ready: list[LeasedJob] = []
+        self.handed: OrderedDict[str, Handed] = OrderedDict()  # url → its job in a client's hands
+        self.arrived = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.failure: BaseException | None = None
+
+    async def start(self) -> None:
+        await self.jobs.start()
+        self._task = asyncio.ensure_future(self._take())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        for job in self.ready:  # not handed out: back to the frontier at once
+            with contextlib.suppress(Exception):
+                await job.release()
+        self.ready.clear()
+        await self.jobs.close()
+
+    async def _take(self) -> None:
+        last_sweep = time.monotonic()
+        try:
+            while True:
+                job = await self.jobs.get(timeout=SWEEP)
+                if job is not None:
+                    self.ready.append(job)
+                    self.arrived.set()
+                if time.monotonic() - last_sweep >= SWEEP:
+                    last_sweep = time.monotonic()
+                    await self._sweep(time.time())
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.failure = exc
+            log.exception("crawl %r: the jobs consumer failed", self.crawl)
+
+    async def _sweep(self, now: float) -> None:
+        """Ready jobs past their time go back to the frontier; handed-out ones past their client's
+        time are forgotten here (the frontier queues them again)."""
+        keep: list[LeasedJob] = []
+        for job in self.ready:
+            if job.reported:
+                continue
+            if now > job.expires_at:
+                with contextlib.suppress(Exception):
+                    await job.release()
+                continue
+            keep.append(job)
+        self.ready = keep
+        for url in [u for u, h in self.handed.items() if h.until <= now or h.job.reported]:
+            del self.handed[url]
+
+    def take(self, key: str | None, per_queue: int, queues: int, budget: int) -> list[LeasedJob]:
+        """Ready jobs for one GetURLs: at most ``per_queue`` of a queue key (0: no limit), from at
+        most ``queues`` keys (0: no limit), of ``key`` only if given, ``budget`` in all."""
+        taken: list[LeasedJob] = []
+        counts: dict[str, int] = {}
+        left: list[LeasedJob] = []
+        now = time.time()
+        for job in self.ready:
+            k = job_key(job)
+            fits = (
+                not job.reported
+                and now <= job.expires_at
+                and len(taken) < budget
+                and (key is None or k == key)
+                and (per_queue == 0 or counts.get(k, 0) < per_queue)
+                and (queues == 0 or k in counts or len(counts) < queues)
+            )
+            if fits:
+                taken.append(job)
+                counts[k] = counts.get(k, 0) + 1
+            elif not job.reported:
+                left.append(job)
+        self.ready = left
+        return taken
+
+    async def hand_out(self, job: LeasedJob, until: float) -> None:
+        """Handed to a client until ``until`` (the frontier was told: :meth:`Gateway.GetURLs`)."""
+        now = time.time()
+        job.sent(now)  # the client sends it now: the host's next send is timed from here
+        await job.hold(until, tell=False)
+        self.handed[job.url] = Handed(job, now, until)
+        self.handed.move_to_end(job.url)
+        while len(self.handed) > MAX_HANDED:
+            self.handed.popitem(last=False)
+
+    async def updated(self, url: str, signal: Signal) -> bool:
+        """A known-URL update of ``url``: its job here, if any, is reported (True)."""
+        handed = self.handed.pop(url, None)
+        if handed is None or handed.job.reported:
+            return False
+        status = signal.status or 200  # an update that says nothing: processed (no latency sample)
+        outcome = Outcome(status=status, headers=signal.headers or {}, sent_at=handed.at, page=False,
+                          follow_ups=[])  # fmt: skip
+        try:
+            await handed.job.finish(outcome)
+        except Exception as exc:  # noqa: BLE001 - the frontier's lease brings it back
+            log.warning("report of %s failed: %s", url[:200], exc)
+            return False
+        return True
+
+
+def job_key(job: LeasedJob) -> str:
+    """The queue key of a job's URL (a URL put by another route: its default key)."""
+    return job.item.key or default_key(job.url)
+
+
+class Pools:
+    """Every crawl's pool in this gateway, made when a client first names the crawl."""
+
+    def __init__(self, cfg: Config, kafka: Kafka) -> None:
+        self.cfg = cfg
+        self.kafka = kafka
+        self.pools: dict[str, CrawlPool] = {}
+        self._lock = asyncio.Lock()
+
+    async def of(self, crawl: str) -> CrawlPool:
+        pool = self.pools.get(crawl)
+        if pool is not None:
+            return pool
+        async with self._lock:
+            pool = self.pools.get(crawl)
+            if pool is None:
+                pool = CrawlPool(self.cfg, crawl, self.kafka)
+                await pool.start()
+                self.pools[crawl] = pool
+                log.info("serving GetURLs of crawl %r", crawl)
+        return pool
+
+    def known(self) -> list[CrawlPool]:
+        return list(self.pools.values())
+
+    async def close(self) -> None:
+        await asyncio.gather(*(p.close() for p in self.pools.values()), return_exceptions=True)
+        self.pools.clear()
+
+
+__all__ = ["DEFAULT_CRAWL", "CrawlPool", "Handed", "Pools", "job_key"]

@@ -1,0 +1,392 @@
+"""The URLFrontier API (crawler-commons URLFrontier 2.6) served over the Kafka frontier.
+
+Every RPC maps onto what the frontier already does (see docs/URLFRONTIER.md for the table):
+PutURLs and PutDiscovered are submissions on ``crawl.urls`` (acknowledged once Kafka has them;
+a stream completes once the frontier applied them, so a client reads what it wrote); GetURLs
+hands out the crawl's jobs (:mod:`workers.urlfrontier.pool`); the questions and deletions go to
+every partition (:mod:`workers.urlfrontier.queries`); BlockQueueUntil, SetDelay and SetCrawlLimit
+are operators' commands on ``crawl.control`` (kept in the partitions' changelogged state).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+
+from frontier.config import Config
+from frontier.intake.urls import Rejection, item_from_submission
+from frontier.kafka import AsyncProducer
+from frontier.observability.feed import caught_up
+from topics.partitioning import partition_of
+from topics.schemas import DEFAULT_CRAWL, ControlCommand, Rejected, Reply, UrlRecord, encode
+from workers.api import LeasedJob
+from workers.urlfrontier.mapping import (
+    API_DEFAULT_CRAWL,
+    BadItem,
+    api_crawl,
+    fetch_signal,
+    frontier_crawl,
+    metadata_dict,
+    queue_key,
+    submission,
+)
+from workers.urlfrontier.pool import Pools
+from workers.urlfrontier.proto import urlfrontier_pb2 as pb
+from workers.urlfrontier.proto import urlfrontier_pb2_grpc as pbg
+from workers.urlfrontier.queries import Asker, Unanswered, new_query
+
+log = logging.getLogger("urlfrontier")
+OK, SKIPPED, FAIL = pb.AckMessage.Status.OK, pb.AckMessage.Status.SKIPPED, pb.AckMessage.Status.FAIL
+GET_BUDGET = 10_000  # URLs one GetURLs returns at most
+LIST_PAGE = 500  # URL records asked of a partition at a time
+
+
+class Gateway(pbg.URLFrontierServicer):
+    def __init__(self, cfg: Config, kafka: Any, producer: AsyncProducer, asker: Asker, pools: Pools,
+                 address: str) -> None:  # fmt: skip
+        self.cfg = cfg
+        self.kafka = kafka
+        self.producer = producer
+        self.asker = asker
+        self.pools = pools
+        self.address = address
+        self.active = True
+
+    # -- helpers ------------------------------------------------------------------------------------
+    @staticmethod
+    async def _abort(context: grpc.aio.ServicerContext[Any, Any], code: grpc.StatusCode, why: str) -> None:
+        await context.abort(code, why)
+
+    async def _crawl(self, crawl_id: str, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        try:
+            return frontier_crawl(crawl_id)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise  # not reached: abort raises
+
+    async def _ask(self, context: grpc.aio.ServicerContext[Any, Any], kind: str, crawl: str = DEFAULT_CRAWL,
+                   partitions: list[int] | None = None, **fields: Any) -> dict[int, Reply]:  # fmt: skip
+        try:
+            return await self.asker.ask(new_query(kind, crawl=crawl, **fields), partitions)
+        except Unanswered as exc:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, str(exc))
+            raise
+        except (RuntimeError, ValueError) as exc:
+            await context.abort(grpc.StatusCode.INTERNAL, str(exc))
+            raise
+
+    async def _reject(self, reason: str, original: bytes) -> None:
+        log.warning("URL skipped: %s", reason)
+        try:
+            await self.producer.send(self.cfg.topics.rejected, encode(Rejected(reason=reason, original=original,
+                                                                              topic="urlfrontier")))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - logged above in any case
+            log.warning("rejection not published: %s", exc)
+
+    # -- writes -------------------------------------------------------------------------------------
+    async def _put(self, item: pb.URLItem) -> tuple[str, pb.AckMessage.Status]:
+        """One URLItem: its ack ID and status."""
+        known = item.WhichOneof("item") == "known"
+        info = item.known.info if known else item.discovered.info
+        ack_id = item.ID or info.url
+        try:
+            crawl = frontier_crawl(info.crawlID)
+            key = queue_key(info.url, info.key)
+            meta = metadata_dict({k: list(v.values) for k, v in info.metadata.items()})
+            refetch = float(item.known.refetchable_from_date) if known else None
+            sub = submission(info.url, key, crawl, meta, refetch)
+            item_from_submission(sub)  # refused here with the router's reason, not later
+        except (BadItem, Rejection, ValueError) as exc:
+            await self._reject(f"URLFrontier item not queued: {exc}", item.SerializeToString())
+            return ack_id, SKIPPED
+        if known:
+            pool = self.pools.pools.get(crawl)
+            if pool is not None:
+                await pool.updated(info.url, fetch_signal(meta))
+        else:
+            await self.pools.of(crawl)  # the crawl has a worker (the frontier dispatches only to served crawls)
+        try:
+            await self.producer.send(self.cfg.topics.urls, encode(sub))
+        except Exception as exc:  # noqa: BLE001 - FAIL: the client may send it again
+            log.warning("URL not published: %s", exc)
+            return ack_id, FAIL
+        return ack_id, OK
+
+    async def _applied(self) -> None:
+        """Wait (bounded) until the frontier applied what was published before: the router routed
+        crawl.urls, and the partitions applied crawl.urls.bydomain."""
+        deadline = time.monotonic() + self.cfg.urlfrontier.put_wait
+        topics, app_id = self.cfg.topics, self.cfg.frontier.app_id
+        for group, topic in ((f"{app_id}-router", topics.urls), (app_id, topics.bydomain)):
+            if not await asyncio.to_thread(caught_up, self.kafka, group, topic, topics.partitions, deadline):
+                log.warning("the frontier has not applied %s within %.0f s", topic, self.cfg.urlfrontier.put_wait)
+                return
+
+    async def PutURLs(self, request_iterator: AsyncIterator[pb.URLItem],
+                      context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.AckMessage]:  # fmt: skip
+        sent = 0
+        async for item in request_iterator:
+            ack_id, status = await self._put(item)
+            sent += 1
+            yield pb.AckMessage(ID=ack_id, status=status)
+        if sent:
+            await self._applied()
+
+    async def PutDiscovered(self, request_iterator: AsyncIterator[pb.DiscoveredBatch],
+                            context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.BatchAck]:  # fmt: skip
+        sent = 0
+        async for batch in request_iterator:
+            statuses: list[pb.AckMessage.Status] = []
+            for info in batch.items:
+                _, status = await self._put(pb.URLItem(discovered=pb.DiscoveredURLItem(info=info)))
+                statuses.append(status)
+            sent += len(statuses)
+            yield pb.BatchAck(ID=batch.ID, statuses=statuses)
+        if sent:
+            await self._applied()
+
+    # -- GetURLs ------------------------------------------------------------------------------------
+    async def GetURLs(self, request: pb.GetParams,
+                      context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.URLInfo]:  # fmt: skip
+        if not self.active:
+            return
+        if request.WhichOneof("item") == "anyCrawlID":
+            pools = self.pools.known()
+        else:
+            pools = [await self.pools.of(await self._crawl(request.crawlID, context))]
+        delay = float(request.delay_requestable or self.cfg.urlfrontier.delay_requestable)
+        key = request.key or None
+        budget = GET_BUDGET
+        deadline = time.monotonic() + self.cfg.urlfrontier.get_wait
+        while True:
+            for pool in pools:
+                if pool.failure is not None:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, f"crawl {pool.crawl!r}: {pool.failure}")
+            taken = [(pool, job) for pool in pools
+                     for job in pool.take(key, request.max_urls_per_queue, request.max_queues, budget)]  # fmt: skip
+            if taken or time.monotonic() >= deadline or not pools:
+                break
+            waits = [asyncio.ensure_future(p.arrived.wait()) for p in pools]
+            for p in pools:
+                p.arrived.clear()
+            _, pending = await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()),
+                                            return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            for w in pending:
+                w.cancel()
+        until = time.time() + delay
+        held = await self._hold([job for _, job in taken], until, context)
+        for pool, job in taken:
+            if job.job.lease not in held:
+                await job.release()  # its lease closed meanwhile (a deletion): not handed out
+                continue
+            try:
+                await pool.hand_out(job, until)
+            except Exception as exc:  # noqa: BLE001 - not handed out: the frontier's lease brings it back
+                log.warning("%s not handed out: %s", job.url[:200], exc)
+                continue
+            item = job.item
+            yield pb.URLInfo(url=item.url, key=item.key or queue_key(item.url, ""), crawlID=api_crawl(item.crawl),
+                             metadata=_metadata(item.meta))  # fmt: skip
+
+    async def _hold(self, jobs: list[LeasedJob], until: float, context: grpc.aio.ServicerContext[Any, Any]) -> set[str]:
+        """Tell each job's partition that it is in a client's hands until ``until``, on
+        crawl.control (so a question sent after GetURLs sees it held); the leases held."""
+        by_partition: dict[int, list[str]] = {}
+        for job in jobs:
+            by_partition.setdefault(partition_of(job.item, self.cfg.topics.partitions), []).append(job.job.lease)
+        held: set[str] = set()
+        for p, leases in by_partition.items():
+            try:
+                await self.asker.ask(new_query("hold", leases=leases, until=until), [p])
+            except (Unanswered, RuntimeError) as exc:
+                log.warning("hold of %d URL(s) not confirmed by partition %d: %s", len(leases), p, exc)
+                continue
+            held.update(leases)
+        return held
+
+    # -- questions ----------------------------------------------------------------------------------
+    async def GetStats(self, request: pb.QueueWithinCrawlParams,
+                       context: grpc.aio.ServicerContext[Any, Any]) -> pb.Stats:  # fmt: skip
+        crawl = await self._crawl(request.crawlID, context)
+        replies = await self._ask(context, "stats", crawl, key=request.key)
+        total: dict[str, int] = {}
+        for reply in replies.values():
+            for name, value in reply.counts.items():
+                total[name] = total.get(name, 0) + value
+        return pb.Stats(size=total.get("size", 0), inProcess=total.get("in_process", 0),
+                        numberOfQueues=total.get("queues", 0), crawlID=request.crawlID or API_DEFAULT_CRAWL,
+                        counts={"completed": total.get("completed", 0),
+                                "active_queues": total.get("queues", 0)})  # fmt: skip
+
+    async def ListCrawls(self, request: pb.Local, context: grpc.aio.ServicerContext[Any, Any]) -> pb.StringList:
+        replies = await self._ask(context, "crawls", "")
+        names = sorted({api_crawl(c) for r in replies.values() for c in r.crawls})
+        return pb.StringList(values=names)
+
+    async def CountURLs(self, request: pb.CountUrlParams, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Long:
+        crawl = await self._crawl(request.crawlID, context)
+        if request.filter:
+            n = 0
+            async for _ in self._records(context, crawl, request.key, request.filter, request.ignoreCase):
+                n += 1
+            return pb.Long(value=n)
+        replies = await self._ask(context, "count", crawl, key=request.key)
+        return pb.Long(value=sum(r.counts.get("count", 0) for r in replies.values()))
+
+    async def _records(self, context: grpc.aio.ServicerContext[Any, Any], crawl: str, key: str, filter: str = "",
+                       ignore_case: bool = False) -> AsyncIterator[UrlRecord]:  # fmt: skip
+        """Every record of the crawl (of ``key``), partition by partition, a page at a time."""
+        needle = filter.lower() if ignore_case else filter
+        for p in range(self.cfg.topics.partitions):
+            after = ""
+            while True:
+                replies = await self._ask(context, "urls", crawl, [p], key=key, after=after, limit=LIST_PAGE)
+                reply = replies[p]
+                for record in reply.urls:
+                    url = record.url.lower() if ignore_case else record.url
+                    if not needle or needle in url:
+                        yield record
+                if not reply.more:
+                    break
+                after = reply.more
+
+    async def ListURLs(self, request: pb.ListUrlParams,
+                       context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.URLItem]:  # fmt: skip
+        crawl = await self._crawl(request.crawlID, context)
+        size = request.size or 100
+        n = 0
+        async for record in self._records(context, crawl, request.key, request.filter, request.ignoreCase):
+            n += 1
+            if n <= request.start:
+                continue
+            if n > request.start + size:
+                break
+            yield _known(record)
+
+    async def GetURLStatus(self, request: pb.URLStatusRequest,
+                           context: grpc.aio.ServicerContext[Any, Any]) -> pb.URLItem:  # fmt: skip
+        crawl = await self._crawl(request.crawlID, context)
+        try:
+            key = queue_key(request.url, request.key)
+            url = item_from_submission(submission(request.url, key, crawl, {}, None)).url
+        except (BadItem, Rejection, ValueError) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+            raise
+        replies = await self._ask(context, "status", crawl, key=key, url=url)
+        for reply in replies.values():
+            if reply.urls:
+                return _known(reply.urls[0])
+        await context.abort(grpc.StatusCode.NOT_FOUND, f"{request.url[:200]} is not known in crawl {crawl!r}")
+        raise AssertionError  # not reached
+
+    async def ListQueues(self, request: pb.Pagination, context: grpc.aio.ServicerContext[Any, Any]) -> pb.QueueList:
+        crawl = await self._crawl(request.crawlID, context)
+        size = request.size or 100
+        names: set[str] = set()
+        for p in range(self.cfg.topics.partitions):
+            after = ""
+            while len(names) < request.start + size:
+                reply = (await self._ask(context, "queues", crawl, [p], after=after, limit=1000,
+                                         inactive=request.include_inactive))[p]  # fmt: skip
+                names.update(reply.queues)
+                if not reply.more:
+                    break
+                after = reply.more
+        values = sorted(names)[request.start : request.start + size]
+        return pb.QueueList(values=values, start=request.start, size=len(values),
+                            crawlID=request.crawlID or API_DEFAULT_CRAWL)  # fmt: skip
+
+    # -- deletions ----------------------------------------------------------------------------------
+    async def DeleteCrawl(self, request: pb.DeleteCrawlMessage,
+                          context: grpc.aio.ServicerContext[Any, Any]) -> pb.Long:  # fmt: skip
+        crawl = await self._crawl(request.value, context)
+        replies = await self._ask(context, "delete_crawl", crawl)
+        pool = self.pools.pools.get(crawl)
+        if pool is not None:
+            for job in pool.take(None, 0, 0, 1_000_000):  # ready jobs of the deleted crawl: back (dropped there)
+                await job.release()
+            pool.handed.clear()
+        return pb.Long(value=sum(r.counts.get("removed", 0) for r in replies.values()))
+
+    async def DeleteQueue(self, request: pb.QueueWithinCrawlParams,
+                          context: grpc.aio.ServicerContext[Any, Any]) -> pb.Long:  # fmt: skip
+        crawl = await self._crawl(request.crawlID, context)
+        if not request.key:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "DeleteQueue needs a key")
+        replies = await self._ask(context, "delete_queue", crawl, key=request.key)
+        pool = self.pools.pools.get(crawl)
+        if pool is not None:
+            for job in pool.take(request.key, 0, 0, 1_000_000):
+                await job.release()
+        return pb.Long(value=sum(r.counts.get("removed", 0) for r in replies.values()))
+
+    async def PurgeURLs(self, request: pb.PurgeUrlParams, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Long:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PurgeURLs is not served by this frontier (yet): delete "
+                            "the queue or the crawl instead")  # fmt: skip
+        raise AssertionError
+
+    # -- operators' commands --------------------------------------------------------------------------
+    async def _command(self, context: grpc.aio.ServicerContext[Any, Any], cmd: ControlCommand) -> pb.Empty:
+        try:
+            cmd.validate()
+            await self.asker.command(cmd)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except Exception as exc:  # noqa: BLE001 - Kafka refused it: the client may try again
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"command not sent: {exc}")
+        return pb.Empty()
+
+    async def BlockQueueUntil(self, request: pb.BlockQueueParams,
+                              context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:  # fmt: skip
+        """Politeness is one per host across crawls: the block holds for every crawl."""
+        if not request.key:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "BlockQueueUntil needs a key")
+        return await self._command(context, ControlCommand(action="block", scope=request.key,
+                                                           until=float(request.time)))  # fmt: skip
+
+    async def SetDelay(self, request: pb.QueueDelayParams, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:
+        if not request.key:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "SetDelay without a key (every queue) is the "
+                                "frontier's configuration: throttle.delay; give a key")  # fmt: skip
+        return await self._command(context, ControlCommand(action="set", scope=request.key,
+                                                           delay=float(request.delay_requestable)))  # fmt: skip
+
+    async def SetCrawlLimit(self, request: pb.CrawlLimitParams,
+                            context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:  # fmt: skip
+        """The limit holds per host of the crawl (the frontier's crawl limit), whatever the key."""
+        crawl = await self._crawl(request.crawlID, context)
+        return await self._command(context, ControlCommand(action="limit", crawl=crawl, per_host=request.limit))
+
+    async def SetActive(self, request: pb.Active, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:
+        self.active = request.state  # this gateway's: an inactive one hands nothing out
+        return pb.Empty()
+
+    async def GetActive(self, request: pb.Local, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Boolean:
+        return pb.Boolean(state=self.active)
+
+    async def ListNodes(self, request: pb.Empty, context: grpc.aio.ServicerContext[Any, Any]) -> pb.StringList:
+        return pb.StringList(values=[self.address])
+
+    async def SetLogLevel(self, request: pb.LogLevelParams, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:
+        level = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
+        logging.getLogger(request.package or None).setLevel(level.get(request.level, logging.INFO))
+        return pb.Empty()
+
+
+def _metadata(meta: dict[str, Any]) -> dict[str, pb.StringList]:
+    out: dict[str, pb.StringList] = {}
+    for k, v in meta.items():
+        values = v if isinstance(v, list) else [v]
+        out[str(k)] = pb.StringList(values=[str(x) for x in values])
+    return out
+
+
+def _known(record: UrlRecord) -> pb.URLItem:
+    info = pb.URLInfo(url=record.url, key=record.key, crawlID=api_crawl(record.crawl), metadata=_metadata(record.meta))
+    return pb.URLItem(known=pb.KnownURLItem(info=info, refetchable_from_date=int(record.refetch_at)),
+                      creation_date=int(record.created))  # fmt: skip
