@@ -23,11 +23,22 @@ from frontier.intake.urls import Rejection, item_from_submission
 from frontier.kafka import AsyncProducer
 from frontier.observability.feed import caught_up
 from topics.partitioning import partition_of
-from topics.schemas import DEFAULT_CRAWL, ControlCommand, Rejected, Reply, UrlRecord, encode
+from topics.schemas import (
+    DEFAULT_CRAWL,
+    ControlCommand,
+    Feedback,
+    FeedbackBatch,
+    Rejected,
+    Reply,
+    UrlItem,
+    UrlRecord,
+    encode,
+)
 from workers.api import LeasedJob
 from workers.urlfrontier.mapping import (
     API_DEFAULT_CRAWL,
     BadItem,
+    Signal,
     api_crawl,
     fetch_signal,
     frontier_crawl,
@@ -100,14 +111,16 @@ class Gateway(pbg.URLFrontierServicer):
             meta = metadata_dict({k: list(v.values) for k, v in info.metadata.items()})
             refetch = float(item.known.refetchable_from_date) if known else None
             sub = submission(info.url, key, crawl, meta, refetch)
-            item_from_submission(sub)  # refused here with the router's reason, not later
+            parsed = item_from_submission(sub)  # refused here with the router's reason, not later
         except (BadItem, Rejection, ValueError) as exc:
             await self._reject(f"URLFrontier item not queued: {exc}", item.SerializeToString())
             return ack_id, SKIPPED
         if known:
+            signal = fetch_signal(meta)
             pool = self.pools.pools.get(crawl)
-            if pool is not None:
-                await pool.updated(info.url, fetch_signal(meta))
+            reported = pool is not None and await pool.updated(parsed.url, signal)
+            if not reported and signal.status:
+                await self._signal(parsed, signal)
         else:
             await self.pools.of(crawl)  # the crawl has a worker (the frontier dispatches only to served crawls)
         try:
@@ -116,6 +129,19 @@ class Gateway(pbg.URLFrontierServicer):
             log.warning("URL not published: %s", exc)
             return ack_id, FAIL
         return ack_id, OK
+
+    async def _signal(self, item: UrlItem, signal: Signal) -> None:
+        """What a client's update says of a fetch whose job this gateway does not hold (another
+        gateway handed it out, or this one before a restart): the server's answer still reaches
+        the host's throttling, as a late result does (its lease, if any, ends on its own)."""
+        fb = Feedback(lease="urlfrontier", host=item.host, domain=item.domain, ip=item.ip, url=item.url,
+                      outcome="fetched", status=signal.status, headers=signal.headers or {},
+                      sent_at=time.time())  # fmt: skip
+        try:
+            await self.producer.send(self.cfg.topics.feedback, encode(FeedbackBatch(items=[fb])),
+                                     partition=partition_of(item, self.cfg.topics.partitions))  # fmt: skip
+        except Exception as exc:  # noqa: BLE001 - the URL's update still goes
+            log.warning("the server's answer for %s not passed on: %s", item.url[:200], exc)
 
     async def _applied(self) -> None:
         """Wait (bounded) until the frontier applied what was published before: the router routed
