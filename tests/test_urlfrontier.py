@@ -1,0 +1,216 @@
+"""The URLFrontier API's pure parts: recorded URLs in a partition (known updates, the questions,
+deletions, held leases, blocks), and the API's terms (crawl IDs, keys, fetch status in metadata).
+
+Pure: a ``PartitionFrontier`` over a ``MemoryKV`` with an injected clock; nothing talks to Kafka.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
+from frontier.core.kv import MemoryKV
+from frontier.intake.urls import Rejection, parse_input
+from frontier.partition import PartitionFrontier
+from topics.schemas import ControlCommand, Feedback, Job, Query, UrlItem, decode, encode
+from workers.urlfrontier.mapping import (
+    BadItem,
+    api_crawl,
+    default_key,
+    fetch_signal,
+    frontier_crawl,
+    queue_key,
+    submission,
+)
+
+FIXED = AutoThrottleSettings(enabled=False)
+THROTTLE = ThrottleConfig(default=ScopeSettings(delay=1.0, concurrency=1, autothrottle=FIXED))
+SETTINGS = FrontierConfig(job_ttl=30.0, fetch_timeout=20.0, lease_grace=10.0, robots_obey=False, dispatch_lead=0.0)
+T0 = 1_000_000.0
+
+
+def make(kv: MemoryKV | None = None) -> PartitionFrontier:
+    return PartitionFrontier(0, kv if kv is not None else MemoryKV(), SETTINGS, THROTTLE, lambda k, v: None)
+
+
+def item(url: str, key: str = "", refetch: float | None = None, crawl: str = "default", **meta: Any) -> UrlItem:
+    doc: dict[str, Any] = {"url": url, "key": key or default_key(url), "crawl": crawl, "meta": meta}
+    if refetch is not None:
+        doc["refetch_at"] = refetch
+    return parse_input(json.dumps(doc).encode())
+
+
+def ask(f: PartitionFrontier, kind: str, now: float, **fields: Any) -> Any:
+    return f.answer(Query(id="q", reply_to="g", kind=kind, **fields), now)
+
+
+def change(f: PartitionFrontier, kind: str, now: float, **fields: Any) -> Any:
+    return f.change(Query(id="q", reply_to="g", kind=kind, **fields), now)
+
+
+def jobs(f: PartitionFrontier, now: float) -> list[Job]:
+    return f.dispatch(now).jobs
+
+
+def done(f: PartitionFrontier, job: Job, now: float, status: int = 200, outcome: str = "fetched") -> None:
+    it = job.item
+    f.feedback(Feedback(lease=job.lease, host=it.host, domain=it.domain, url=it.url, outcome=outcome, status=status,
+                        sent_at=now - 0.1, done_at=now), now)  # fmt: skip
+
+
+def test_discovered_urls_are_recorded_once_and_listed_with_their_metadata() -> None:
+    f = make()
+    f.ingest([item("http://a.test/1", source="seed"), item("http://a.test/1", source="again"),
+              item("http://b.test/", key="mine")], T0)  # fmt: skip
+    assert ask(f, "count", T0).counts == {"count": 2}
+    stats = ask(f, "stats", T0).counts
+    assert stats["size"] == 2 and stats["queues"] == 2 and stats["in_process"] == 0
+    listed = ask(f, "urls", T0).urls
+    assert [(r.url, r.key, r.meta) for r in listed] == [("http://a.test/1", "a.test", {"source": "seed"}),
+                                                       ("http://b.test/", "mine", {})]  # fmt: skip
+    assert listed[0].refetch_at == T0 and listed[0].created == T0  # a discovered URL is due when queued
+    assert ask(f, "queues", T0).queues == ["a.test", "mine"]
+    status = ask(f, "status", T0, key="a.test", url="http://a.test/1").urls
+    assert status and status[0].meta == {"source": "seed"}
+    assert not ask(f, "status", T0, key="a.test", url="http://a.test/2").urls
+
+
+def test_a_key_other_than_the_host_is_a_named_scope_on_top_of_the_host() -> None:
+    it = item("http://www.b.test/x", key="b-queue")
+    assert it.key == "b-queue" and it.scopes == ["b-queue"]
+    assert item("http://b.test/x").scopes == []  # the default key is the host: no extra scope
+
+
+def test_known_urls_are_decided_not_queued_and_come_due_at_their_date() -> None:
+    f = make()
+    f.ingest([item("http://a.test/done", refetch=0), item("http://a.test/later", refetch=T0 + 100),
+              item("http://a.test/sooner", refetch=T0 - 10)], T0)  # fmt: skip
+    got = jobs(f, T0)
+    assert [j.item.url for j in got] == ["http://a.test/sooner"]  # due now; done never; later not yet
+    done(f, got[0], T0 + 0.5)
+    assert not jobs(f, T0 + 50)
+    assert [j.item.url for j in jobs(f, T0 + 100)] == ["http://a.test/later"]
+    refetch = {r.url: r.refetch_at for r in ask(f, "urls", T0).urls}
+    assert refetch["http://a.test/done"] == 0 and refetch["http://a.test/later"] == T0 + 100
+    stats = ask(f, "stats", T0 + 100).counts
+    assert stats["completed"] == 1 and stats["size"] == 2
+
+
+def test_a_known_update_while_queued_or_in_flight_decides_the_url() -> None:
+    f = make()
+    f.ingest([item("http://a.test/1"), item("http://a.test/2")], T0)
+    [job] = jobs(f, T0)
+    f.ingest([item(job.item.url, refetch=0)], T0 + 0.1)  # the client's update before the job's report
+    done(f, job, T0 + 0.2)
+    other = "http://a.test/2" if job.item.url.endswith("1") else "http://a.test/1"
+    f.ingest([item(other, refetch=T0 + 500)], T0 + 0.3)  # queued: decided, its queued entry goes
+    assert not jobs(f, T0 + 10), "a URL decided done, or due later, is not handed out now"
+    assert [j.item.url for j in jobs(f, T0 + 500)] == [other]
+
+
+def test_a_held_lease_lasts_its_clients_time_then_the_url_is_handed_out_again() -> None:
+    f = make()
+    f.ingest([item("http://a.test/1")], T0)
+    [job] = jobs(f, T0)
+    assert change(f, "hold", T0 + 1, leases=[job.lease], until=T0 + 300).counts == {"held": 1}
+    assert ask(f, "stats", T0 + 1).counts["in_process"] == 1
+    f.expire_leases(T0 + 100)  # past the lease's own deadline (30 + 20 + 10 s), inside the hold
+    assert ask(f, "stats", T0 + 100).counts["in_process"] == 1 and not jobs(f, T0 + 100)
+    # a replayed job handed back by a restarted gateway does not end a lease its client holds
+    it = job.item
+    assert not f.feedback(Feedback(lease=job.lease, host=it.host, domain=it.domain, url=it.url, outcome="expired"),
+                          T0 + 150)  # fmt: skip
+    assert ask(f, "stats", T0 + 301).counts["in_process"] == 0  # its client's time is over
+    f.expire_leases(T0 + 301)
+    again = jobs(f, T0 + 301)
+    assert [j.item.url for j in again] == ["http://a.test/1"]
+    assert f.stats.lost == 0, "a client's time running out is not a failure of the host"
+
+
+def test_a_url_not_handed_out_is_not_in_process() -> None:
+    f = make()
+    f.ingest([item("http://a.test/1")], T0)
+    assert jobs(f, T0)
+    assert ask(f, "stats", T0).counts["in_process"] == 0  # with the gateway, not yet with a client
+
+
+def test_delete_queue_and_crawl_remove_recorded_queued_and_leased_urls() -> None:
+    f = make()
+    f.ingest([item(f"http://a.test/{i}") for i in range(3)] + [item("http://b.test/1"),
+              item("http://c.test/1", crawl="other")], T0)  # fmt: skip
+    leased = jobs(f, T0)
+    assert {j.item.host for j in leased} == {"a.test", "b.test", "c.test"}
+    assert change(f, "delete_queue", T0 + 1, key="a.test").counts == {"removed": 3}
+    assert ask(f, "count", T0 + 1, key="a.test").counts == {"count": 0}
+    assert not [j for j in jobs(f, T0 + 60) if j.item.host == "a.test"], "nothing of the deleted queue comes back"
+    f.ingest([item("http://a.test/0")], T0 + 61)  # forgotten: a later put adds it again
+    assert [j.item.url for j in jobs(f, T0 + 61)] == ["http://a.test/0"]
+    assert change(f, "delete_crawl", T0 + 62, crawl="other").counts == {"removed": 1}
+    assert ask(f, "crawls", T0 + 62, crawl="").crawls == ["default"]
+
+
+def test_a_block_holds_the_scope_until_its_time() -> None:
+    f = make()
+    f.control(ControlCommand(action="block", scope="a.test", until=T0 + 20), T0)
+    f.ingest([item("http://a.test/1"), item("http://b.test/1")], T0)
+    assert [j.item.host for j in jobs(f, T0)] == ["b.test"]
+    assert not jobs(f, T0 + 19.9)
+    assert [j.item.host for j in jobs(f, T0 + 20)] == ["a.test"]
+    f.control(ControlCommand(action="block", scope="b.test", until=0), T0 + 21)  # 0 lifts it
+
+
+def test_records_rebuild_from_the_store() -> None:
+    kv = MemoryKV()
+    f = make(kv)
+    f.ingest([item("http://a.test/1", refetch=T0 + 50), item("http://a.test/2")], T0)
+    g = make(kv)
+    g.rebuild(T0 + 1)
+    assert ask(g, "count", T0 + 1).counts == {"count": 2}
+    assert [j.item.url for j in jobs(g, T0 + 50)][:1] in (["http://a.test/2"], ["http://a.test/1"])
+
+
+def test_queries_and_replies_travel_as_json() -> None:
+    cmd = ControlCommand(action="query", query=Query(id="1", reply_to="g", kind="urls", after="x", limit=10))
+    cmd.validate()
+    assert decode(encode(cmd), ControlCommand) == cmd
+    for bad in (Query(id="1", reply_to="g", kind="nope"), Query(id="", reply_to="g", kind="stats"),
+                Query(id="1", reply_to="g", kind="urls", limit=10**6)):  # fmt: skip
+        with pytest.raises(ValueError):
+            ControlCommand(action="query", query=bad).validate()
+    with pytest.raises(ValueError):
+        ControlCommand(action="block", scope="a.test").validate()  # no until
+
+
+# -- the API's terms -------------------------------------------------------------------------------
+def test_crawl_ids_and_default_keys_as_the_reference_service_makes_them() -> None:
+    assert frontier_crawl("") == frontier_crawl("DEFAULT") == "default" and api_crawl("default") == "DEFAULT"
+    assert frontier_crawl("BESPOKE") == "BESPOKE" and api_crawl("BESPOKE") == "BESPOKE"
+    with pytest.raises(ValueError):
+        frontier_crawl("x" * 65)
+    assert default_key("http://gac.icann.org?language_id=9") == "gac.icann.org"
+    assert default_key("https://Key1.COM:8080/a") == "Key1.COM"  # not lower-cased, as the reference
+    assert default_key("http://a.test&b") == "a.test"
+    with pytest.raises(BadItem):
+        queue_key("http:///nohost", "")
+    with pytest.raises(BadItem):
+        queue_key("http://a.test/", "k" * 256)
+
+
+def test_a_fetch_status_and_throttling_headers_are_read_from_stormcrawler_metadata() -> None:
+    signal = fetch_signal({"fetch.statusCode": ["429"], "protocol.Retry-After": ["30"], "protocol.server": ["x"],
+                           "depth": ["1"]})  # fmt: skip
+    assert signal.status == 429 and signal.headers == {"retry-after": "30"}
+    assert fetch_signal({"depth": ["1"]}).status == 0
+    assert fetch_signal({"fetch.statusCode": ["oops"]}).status == 0
+
+
+def test_submissions_are_bounded_and_never_move_autothrottle() -> None:
+    sub = submission("http://a.test/", "a.test", "default", {"k": ["v"]}, None)
+    assert sub.autothrottle is False and sub.key == "a.test"
+    with pytest.raises(BadItem):
+        submission("http://a.test/", "a.test", "default", {"k": ["v" * 60_000]}, None)
+    with pytest.raises(Rejection):
+        parse_input(json.dumps({"url": "http://a.test/", "refetch_at": 5}).encode())  # known needs a key
