@@ -191,7 +191,7 @@ def test_crawl_ids_and_default_keys_as_the_reference_service_makes_them() -> Non
     with pytest.raises(ValueError):
         frontier_crawl("x" * 65)
     assert default_key("http://gac.icann.org?language_id=9") == "gac.icann.org"
-    assert default_key("https://Key1.COM:8080/a") == "Key1.COM"  # not lower-cased, as the reference
+    assert default_key("https://Key1.COM:8080/a") == "key1.com"  # no port, lower case: as StormCrawler's keys
     assert default_key("http://a.test&b") == "a.test"
     with pytest.raises(BadItem):
         queue_key("http:///nohost", "")

@@ -238,7 +238,11 @@ class UrlFrontierConfig:
     bind: str = "127.0.0.1"  # the address to listen on ("0.0.0.0": every interface)
     delay_requestable: float = 30.0  # a GetURLs that gives none (0): a URL handed out comes back after this
     held: int = 10_000  # URLs one gateway holds per crawl at most (handed out, or ready to be)
-    get_wait: float = 1.0  # a GetURLs with nothing ready waits this long for a first URL
+    get_wait: float = 1.0  # a GetURLs with nothing to send waits this long for a first URL, then ends
+    # a GetURLs that sent URLs stays open up to this long, each further URL sent when its host may be
+    # sent to (it ends sooner once its limits are reached): a client that fetches while it reads
+    # (StormCrawler) gets a host's next URL as soon as the frontier allows it
+    get_stream: float = 5.0
     query_timeout: float = 15.0  # seconds to wait for every partition's answer (else UNAVAILABLE)
     put_wait: float = 30.0  # a PutURLs stream completes once the frontier applied it, waiting up to this
 
@@ -251,6 +255,7 @@ URLFRONTIER_RANGES = {
     "delay_requestable": Range(0, DAY, lo_open=True),
     "held": Range(1, 1_000_000, integer=True),
     "get_wait": Range(0, 60),
+    "get_stream": Range(0, 600),
     "query_timeout": Range(0, 600, lo_open=True),
     "put_wait": Range(0, 3600),
 }

@@ -4,7 +4,8 @@ URL's metadata says about its fetch, and a URLItem as a submission.
 - **crawlID**: the API's default crawl ``DEFAULT`` (also ``""``) is the frontier's ``default``
   crawl; any other ID is the frontier crawl of that name (1-64 characters, no control characters).
 - **key**: the API's queue key; when a client leaves it empty, the host as the reference service
-  derives it (after ``://``, cut at the first ``:``, ``/``, ``?`` or ``&``; not lower-cased).
+  derives it (after ``://``, cut at the first ``:``, ``/``, ``?`` or ``&``), in lower case as
+  StormCrawler's status updater writes it.
 - **fetch status in metadata**: StormCrawler writes the response status as ``fetch.statusCode``
   and response headers as ``protocol.<header>`` when its metadata persistence keeps them (its
   QueueRegulatorBolt needs them: ``fetch.statusCode`` and ``protocol.retry-after``); other clients
@@ -45,7 +46,9 @@ def api_crawl(crawl: str) -> str:
 
 
 def default_key(url: str) -> str:
-    """The queue key of a URL sent without one, as the reference service makes it ("" if none)."""
+    """The queue key of a URL sent without one: its host as the reference service cuts it, lower
+    case as StormCrawler's status updater makes it (its seeds come with no key, their updates with
+    this one: both land in one queue); "" if none."""
     host = url
     at = host.find("://")
     if at != -1:
@@ -54,7 +57,7 @@ def default_key(url: str) -> str:
         cut = host.find(sep)
         if cut != -1:
             host = host[:cut]
-    return host
+    return host.lower()
 
 
 def queue_key(url: str, key: str) -> str:

@@ -99,11 +99,13 @@ class CrawlPool:
         for url in [u for u, h in self.handed.items() if h.until <= now or h.job.reported]:
             del self.handed[url]
 
-    def take(self, key: str | None, per_queue: int, queues: int, budget: int) -> list[LeasedJob]:
+    def take(self, key: str | None, per_queue: int, queues: int, budget: int,
+             counts: dict[str, int] | None = None) -> list[LeasedJob]:  # fmt: skip
         """Ready jobs for one GetURLs: at most ``per_queue`` of a queue key (0: no limit), from at
-        most ``queues`` keys (0: no limit), of ``key`` only if given, ``budget`` in all."""
+        most ``queues`` keys (0: no limit), of ``key`` only if given, ``budget`` in all; ``counts``
+        (updated): what the call took so far, per key."""
         taken: list[LeasedJob] = []
-        counts: dict[str, int] = {}
+        counts = {} if counts is None else counts
         left: list[LeasedJob] = []
         now = time.time()
         for job in self.ready:

@@ -46,7 +46,7 @@ from workers.urlfrontier.mapping import (
     queue_key,
     submission,
 )
-from workers.urlfrontier.pool import Pools
+from workers.urlfrontier.pool import CrawlPool, Pools
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
 from workers.urlfrontier.proto import urlfrontier_pb2_grpc as pbg
 from workers.urlfrontier.queries import Asker, Unanswered, new_query
@@ -187,23 +187,42 @@ class Gateway(pbg.URLFrontierServicer):
             pools = [await self.pools.of(await self._crawl(request.crawlID, context))]
         delay = float(request.delay_requestable or self.cfg.urlfrontier.delay_requestable)
         key = request.key or None
+        per_queue, queues = request.max_urls_per_queue, request.max_queues
         budget = GET_BUDGET
-        deadline = time.monotonic() + self.cfg.urlfrontier.get_wait
-        while True:
+        if per_queue and (queues or key):
+            budget = min(budget, per_queue * (1 if key else queues))
+        counts: dict[str, int] = {}
+        sent = 0
+        # nothing to send: wait up to urlfrontier.get_wait for a first URL. Once URLs went out, the
+        # stream stays open (up to get_stream) and each further URL goes out when its host may be
+        # sent to: a client that fetches while the stream is open (StormCrawler) gets a host's
+        # next URL as soon as the frontier allows it, not one per query cycle
+        started = time.monotonic()
+        deadline = started + self.cfg.urlfrontier.get_wait
+        while sent < budget and pools:
             for pool in pools:
                 if pool.failure is not None:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, f"crawl {pool.crawl!r}: {pool.failure}")
             taken = [(pool, job) for pool in pools
-                     for job in pool.take(key, request.max_urls_per_queue, request.max_queues, budget)]  # fmt: skip
-            if taken or time.monotonic() >= deadline or not pools:
+                     for job in pool.take(key, per_queue, queues, budget - sent, counts)]  # fmt: skip
+            if taken:
+                async for info in self._hand_out(taken, delay, context):
+                    sent += 1
+                    yield info
+                deadline = max(deadline, started + self.cfg.urlfrontier.get_stream)
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
                 break
             waits = [asyncio.ensure_future(p.arrived.wait()) for p in pools]
-            for p in pools:
-                p.arrived.clear()
-            _, pending = await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()),
-                                            return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            _, pending = await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
             for w in pending:
                 w.cancel()
+            for p in pools:
+                p.arrived.clear()
+
+    async def _hand_out(self, taken: list[tuple[CrawlPool, LeasedJob]], delay: float,
+                        context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.URLInfo]:  # fmt: skip
         until = time.time() + delay
         held = await self._hold([job for _, job in taken], until, context)
         for pool, job in taken:
