@@ -2,7 +2,7 @@
 and deleted by queue key (the URLFrontier API, ``workers/urlfrontier``), and the answers to the
 gateway's queries (:class:`~topics.schemas.Query`).
 
-A URL submitted with a ``key`` is recorded in ``U<crawl>\\x1e<key>\\x1f<url>`` with its metadata,
+A URL submitted with a ``key`` is recorded under its crawl, key and URL (``keys.record_key``) with its metadata,
 when it is due (a discovered URL: when it was queued; a known one: its ``refetch_at``, 0 = never
 again) and when it was first recorded. The seen set, queues, revisits and leases work as for any
 URL; a *known* URL (``refetch_at`` set) is not queued but decided: done (0), or due for a revisit
