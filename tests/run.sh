@@ -17,4 +17,25 @@ fi
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-.venv/bin/python -m pytest -q --durations=30 "$@"
+if [ "$#" -gt 0 ]; then  # a selection: one pytest run
+  exec .venv/bin/python -m pytest -q --durations=30 "$@"
+fi
+# Everything, in two groups at once (each with its own local Kafka broker): the unit tests and the
+# CPU-bound programs (benchmark smoke runs, Scrapy, the URLFrontier suite), and the other
+# integration tests. CI must stay under 30 minutes; one group alone took 25 (2 cores).
+logs=$(mktemp -d)
+SLOW=(tests/integration/test_benchmarks.py tests/integration/test_scrapy.py tests/integration/test_scrapy_edges.py
+      tests/integration/test_urlfrontier.py)
+deselect=()
+for f in "${SLOW[@]}"; do deselect+=(--ignore="$f"); done
+.venv/bin/python -m pytest -q --durations=20 -p no:cacheprovider tests/test_*.py "${SLOW[@]}" \
+  >"$logs/a.log" 2>&1 &
+a=$!
+.venv/bin/python -m pytest -q --durations=30 -p no:cacheprovider tests/integration "${deselect[@]}" >"$logs/b.log" 2>&1 &
+b=$!
+status=0
+wait "$a" || status=1
+wait "$b" || status=1
+echo "== unit tests and the slow programs"; cat "$logs/a.log"
+echo "== integration tests"; cat "$logs/b.log"
+exit "$status"
