@@ -157,8 +157,16 @@ def job_key(job: LeasedJob) -> str:
     return job.item.key or default_key(job.url)
 
 
+MAX_CRAWLS = 1000  # crawls one gateway serves at most (each is a consumer and a jobs topic)
+
+
+class TooManyCrawls(RuntimeError):
+    """A client named more crawls than a gateway serves (:data:`MAX_CRAWLS`)."""
+
+
 class Pools:
-    """Every crawl's pool in this gateway, made when a client first names the crawl."""
+    """Every crawl's pool in this gateway, made when a client first names the crawl (or, at start,
+    for the crawls the frontier knows)."""
 
     def __init__(self, cfg: Config, kafka: Kafka) -> None:
         self.cfg = cfg
@@ -173,6 +181,8 @@ class Pools:
         async with self._lock:
             pool = self.pools.get(crawl)
             if pool is None:
+                if len(self.pools) >= MAX_CRAWLS:
+                    raise TooManyCrawls(f"this gateway serves {MAX_CRAWLS} crawls already")
                 pool = CrawlPool(self.cfg, crawl, self.kafka)
                 await pool.start()
                 self.pools[crawl] = pool
@@ -187,4 +197,4 @@ class Pools:
         self.pools.clear()
 
 
-__all__ = ["DEFAULT_CRAWL", "CrawlPool", "Handed", "Pools", "job_key"]
+__all__ = ["DEFAULT_CRAWL", "MAX_CRAWLS", "CrawlPool", "Handed", "Pools", "TooManyCrawls", "job_key"]

@@ -41,11 +41,13 @@ async def serve(cfg: Config, kafka: Kafka, stop: asyncio.Event | None = None) ->
     if port == 0:
         raise OSError(f"urlfrontier: cannot listen on {address}")
     await server.start()
+    warm = asyncio.ensure_future(gateway.serve_known_crawls())
     log.info("URLFrontier API on %s (crawl.replies partition of %s)", address, asker.id)
     try:
         await stop.wait()
     finally:
         log.info("stopping")
+        warm.cancel()
         await server.stop(grace=2)
         await pools.close()
         asker.stop()

@@ -11,10 +11,11 @@ are operators' commands on ``crawl.control`` (kept in the partitions' changelogg
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 import grpc
 
@@ -46,7 +47,7 @@ from workers.urlfrontier.mapping import (
     queue_key,
     submission,
 )
-from workers.urlfrontier.pool import CrawlPool, Pools
+from workers.urlfrontier.pool import CrawlPool, Pools, TooManyCrawls
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
 from workers.urlfrontier.proto import urlfrontier_pb2_grpc as pbg
 from workers.urlfrontier.queries import Asker, Unanswered, new_query
@@ -54,6 +55,9 @@ from workers.urlfrontier.queries import Asker, Unanswered, new_query
 log = logging.getLogger("urlfrontier")
 OK, SKIPPED, FAIL = pb.AckMessage.Status.OK, pb.AckMessage.Status.SKIPPED, pb.AckMessage.Status.FAIL
 GET_BUDGET = 10_000  # URLs one GetURLs returns at most
+PUT_WINDOW = 1000  # URLs of one put stream handled at once (published, not yet acknowledged)
+In = TypeVar("In")
+Out = TypeVar("Out")
 LIST_PAGE = 500  # URL records asked of a partition at a time
 
 
@@ -122,7 +126,8 @@ class Gateway(pbg.URLFrontierServicer):
             if not reported and signal.status:
                 await self._signal(parsed, signal)
         else:
-            await self.pools.of(crawl)  # the crawl has a worker (the frontier dispatches only to served crawls)
+            with contextlib.suppress(TooManyCrawls):  # stored anyway; GetURLs says why it gives none
+                await self.pools.of(crawl)  # the crawl has a worker (the frontier dispatches only to served crawls)
         try:
             await self.producer.send(self.cfg.topics.urls, encode(sub))
         except Exception as exc:  # noqa: BLE001 - FAIL: the client may send it again
@@ -155,25 +160,54 @@ class Gateway(pbg.URLFrontierServicer):
 
     async def PutURLs(self, request_iterator: AsyncIterator[pb.URLItem],
                       context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.AckMessage]:  # fmt: skip
-        sent = 0
-        async for item in request_iterator:
+        async def one(item: pb.URLItem) -> pb.AckMessage:
             ack_id, status = await self._put(item)
-            sent += 1
-            yield pb.AckMessage(ID=ack_id, status=status)
-        if sent:
-            await self._applied()
+            return pb.AckMessage(ID=ack_id, status=status)
+
+        async for ack in self._acked(request_iterator, one):
+            yield ack
 
     async def PutDiscovered(self, request_iterator: AsyncIterator[pb.DiscoveredBatch],
                             context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.BatchAck]:  # fmt: skip
-        sent = 0
-        async for batch in request_iterator:
-            statuses: list[pb.AckMessage.Status] = []
-            for info in batch.items:
-                _, status = await self._put(pb.URLItem(discovered=pb.DiscoveredURLItem(info=info)))
-                statuses.append(status)
-            sent += len(statuses)
-            yield pb.BatchAck(ID=batch.ID, statuses=statuses)
-        if sent:
+        async def one(batch: pb.DiscoveredBatch) -> pb.BatchAck:
+            done = await asyncio.gather(*(self._put(pb.URLItem(discovered=pb.DiscoveredURLItem(info=info)))
+                                          for info in batch.items))  # fmt: skip
+            return pb.BatchAck(ID=batch.ID, statuses=[status for _, status in done])
+
+        async for ack in self._acked(request_iterator, one):
+            yield ack
+
+    async def _acked(self, requests: AsyncIterator[In], handle: Callable[[In], Awaitable[Out]]) -> AsyncIterator[Out]:
+        """Each request handled as it comes (up to PUT_WINDOW at once), each answer sent as soon as
+        it is ready, whatever the order (clients match acknowledgements by ID): a long-lived stream
+        (StormCrawler's) gets each ack without waiting for its next item. Once the client ends the
+        stream and every answer is out, it completes when the frontier applied what it carried."""
+        answers: asyncio.Queue[asyncio.Future[Out] | None] = asyncio.Queue()
+        window = asyncio.Semaphore(PUT_WINDOW)
+
+        def answered(task: asyncio.Future[Out]) -> None:
+            window.release()
+            answers.put_nowait(task)
+
+        async def read() -> int:
+            n = 0
+            async for request in requests:
+                await window.acquire()
+                asyncio.ensure_future(handle(request)).add_done_callback(answered)
+                n += 1
+            return n
+
+        reader = asyncio.ensure_future(read())
+        reader.add_done_callback(lambda _: answers.put_nowait(None))  # after every answer of what it read
+        received, expected = 0, None
+        while expected is None or received < expected:
+            answer = await answers.get()
+            if answer is None:
+                expected = reader.result()  # the client's error ends the call here
+                continue
+            received += 1
+            yield answer.result()
+        if expected:
             await self._applied()
 
     # -- GetURLs ------------------------------------------------------------------------------------
@@ -184,7 +218,12 @@ class Gateway(pbg.URLFrontierServicer):
         if request.WhichOneof("item") == "anyCrawlID":
             pools = self.pools.known()
         else:
-            pools = [await self.pools.of(await self._crawl(request.crawlID, context))]
+            crawl = await self._crawl(request.crawlID, context)
+            try:
+                pools = [await self.pools.of(crawl)]
+            except TooManyCrawls as exc:
+                await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
+                raise
         delay = float(request.delay_requestable or self.cfg.urlfrontier.delay_requestable)
         key = request.key or None
         per_queue, queues = request.max_urls_per_queue, request.max_queues
@@ -253,6 +292,20 @@ class Gateway(pbg.URLFrontierServicer):
                 continue
             held.update(leases)
         return held
+
+    async def serve_known_crawls(self) -> None:
+        """At start: join the worker group of every crawl the frontier knows, so that each is
+        served (the frontier holds a crawl without workers) before its clients come back."""
+        try:
+            replies = await self.asker.ask(new_query("crawls", crawl=""))
+        except (Unanswered, RuntimeError) as exc:
+            log.info("crawls not known at start (%s): each is served when a client names it", exc)
+            return
+        for crawl in sorted({c for r in replies.values() for c in r.crawls}):
+            try:
+                await self.pools.of(crawl)
+            except TooManyCrawls:
+                return
 
     # -- questions ----------------------------------------------------------------------------------
     async def GetStats(self, request: pb.QueueWithinCrawlParams,
