@@ -22,7 +22,7 @@ from pathlib import Path
 import grpc
 
 from deploy.kafka import free_port
-from frontier.demo.stack import Stack, wait_until
+from frontier.demo.stack import Stack, TopicReader, read_rejected, wait_until
 from tests.integration.hidden_sites import HiddenLimitFleet, Limits
 from tests.integration.urlfrontier_client import Crawler, discovered, put, stub
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
@@ -68,8 +68,53 @@ def test_the_conformance_suite_passes_against_the_gateway(bootstrap: str, tmp_pa
         summary = [line for line in run.stdout.splitlines() if "Tests run:" in line or "<<<" in line]
         assert run.returncode == 0, "\n".join(summary) + "\n" + run.stdout[-3000:] + stack.log("gateway")[-3000:]
         assert "Tests run: 7, Failures: 0, Errors: 0, Skipped: 0" in run.stdout, "\n".join(summary)
+        bad_input_gets_clear_answers(stack, port)
     finally:
         stack.stop_all()
+
+
+def bad_input_gets_clear_answers(stack: Stack, port: int) -> None:
+    """Malformed or oversized input: SKIPPED (the reason on crawl.rejected) or a gRPC error, and the
+    gateway keeps serving."""
+    client = stub(port)
+    big = {"k": pb.StringList(values=["v" * 70_000])}
+    items = [pb.URLItem(ID="bad-url", discovered=pb.DiscoveredURLItem(info=pb.URLInfo(url="not a url"))),
+             pb.URLItem(ID="big-meta", discovered=pb.DiscoveredURLItem(info=pb.URLInfo(url="http://a.test/",
+                                                                                       metadata=big))),
+             pb.URLItem(ID="bad-crawl", discovered=pb.DiscoveredURLItem(info=pb.URLInfo(url="http://a.test/",
+                                                                                        crawlID="x" * 80))),
+             pb.URLItem(ID="long-key", discovered=pb.DiscoveredURLItem(info=pb.URLInfo(url="http://a.test/",
+                                                                                       key="k" * 300))),
+             discovered("http://fine.test/")]  # fmt: skip
+    acks = {a.ID: a.status for a in put(client, items)}
+    skipped = pb.AckMessage.Status.SKIPPED
+    assert acks == {"bad-url": skipped, "big-meta": skipped, "bad-crawl": skipped, "long-key": skipped,
+                    "http://fine.test/": pb.AckMessage.Status.OK}, acks  # fmt: skip
+    reader = TopicReader(stack.client, stack.topics.rejected)
+    try:
+        reasons: list[str] = []
+
+        def four() -> bool:
+            reasons.extend(r.reason for r in read_rejected(reader))
+            return len(reasons) >= 4
+
+        wait_until(four, timeout=30, what="the rejections on crawl.rejected")
+        assert any("metadata larger" in r for r in reasons) and any("crawl name" in r for r in reasons), reasons
+    finally:
+        reader.close()
+    for call, code in ((lambda: list(client.GetURLs(pb.GetParams(crawlID="x" * 80), timeout=15)),
+                        grpc.StatusCode.INVALID_ARGUMENT),
+                       (lambda: client.DeleteQueue(pb.QueueWithinCrawlParams(key=""), timeout=15),
+                        grpc.StatusCode.INVALID_ARGUMENT),
+                       (lambda: client.GetURLStatus(pb.URLStatusRequest(url="http://nowhere.test/x"), timeout=15),
+                        grpc.StatusCode.NOT_FOUND)):  # fmt: skip
+        try:
+            call()
+        except grpc.RpcError as exc:
+            assert exc.code() == code, (exc.code(), exc.details())  # type: ignore[attr-defined]
+        else:
+            raise AssertionError(f"no error, {code} expected")
+    assert client.GetActive(pb.Local(), timeout=15).state  # still serving
 
 
 def test_a_urlfrontier_crawler_is_polite_and_loses_nothing_through_kills(bootstrap: str, tmp_path: Path) -> None:
