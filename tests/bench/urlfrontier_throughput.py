@@ -23,21 +23,30 @@ destructive: it deletes the default crawl unless ``--crawl`` is given), then
 - get: GetURLs (max_urls_per_queue ``--per-queue``, max_queues 0 = all, delay_requestable 600)
   called again and again until every URL put came back once, or ``--get-timeout`` passed, or
   ``--max-calls`` calls were made. With ``--complete`` (the default) the client behaves like a
-  crawler: after each call it sends a KnownURLItem (refetchable_from_date 0: done, never again)
-  for every URL the call gave, on one PutURLs stream kept open for the phase, and waits for their
-  acks before it asks again. Figure: URLs received per second, over the time until every URL came
-  back (the last new one) or, when some did not, the whole phase; with how many came back, how
-  many updates were acked, how many calls were made and the most URLs one call gave out for a
-  single queue. Without ``--complete`` nothing is sent back: a service which counts the URLs in
-  flight against max_urls_per_queue (the reference does) gives out at most ``--per-queue`` URLs
-  per host in a run, and a polite one (the gateway) one per host.
+  crawler: it sends a KnownURLItem (refetchable_from_date 0: done, never again) for every URL got,
+  on one PutURLs stream kept open for the phase, and waits for their acks before it asks again.
+  ``--update-when url`` (the default) sends each update as soon as its URL is read, while the call
+  goes on; ``--update-when call`` sends all of a call's once the call has ended. ``--update-streams
+  N`` deals the updates out among N such streams side by side (a crawler's fetchers reporting at
+  once). Figure: URLs received per second, over the time until every URL came back (the last new
+  one) or, when some did not, the whole phase; with how many came back, how many updates were
+  acked, how many calls were made and the most URLs one call gave out for a single queue. Without
+  ``--complete`` nothing is sent back: a service which counts the URLs in flight against
+  max_urls_per_queue (the reference does) gives out at most ``--per-queue`` URLs per host in a
+  run, and a polite one (the gateway) one per host.
 
 What bounds the get figure differs by service. The reference hands out whatever is queued, up to
 max_urls_per_queue per queue per call, without pacing the hosts. The gateway hands out what the
 frontier dispatches: one URL per host at a time (per-host concurrency 1, the default), held until
 the client's update for it, and a host's sends at least its delay apart. With H hosts and delay D
 it gives at most about H URLs per (D + round trip), and a run with P URLs per host lasts at least
-(P - 1) * D seconds; the header line says both for a started gateway.
+(P - 1) * D seconds; the header line says both for a started gateway. A URL's round trip is its
+hand-out, the client's update, the report to the frontier and the host's next dispatch back to
+the gateway. A GetURLs of the gateway that gave URLs stays open up to ``urlfrontier.get_stream``
+(5 s) to send the hosts' next URLs as they come due: a client that sends its updates only once the
+call has ended (``--update-when call``) holds them back meanwhile and gets one URL per host per
+call; ``--update-when url`` (the default) sends each update as soon as its URL is read, as a
+crawler that fetches while it reads (StormCrawler) does. Figures: docs/BENCHMARKS.md.
 
 Then the round's crawl is deleted again (not timed) unless ``--keep``.
 
@@ -58,7 +67,8 @@ URLInfo as GetURLs gave it.
 
     python tests/bench/urlfrontier_throughput.py --start-gateway --start-reference [--delay S]
         [--target [NAME=]HOST:PORT ...] [--rounds N] [--warmup N] [--urls N] [--hosts H] [--per-queue N]
-        [--[no-]complete] [--get-timeout S] [--crawl PREFIX] [--workdir DIR] [--json]
+        [--[no-]complete] [--update-when url|call] [--update-streams N] [--get-timeout S] [--crawl PREFIX]
+        [--workdir DIR] [--json]
 
 Exit code 0 when it ran, 1 (with a one-line error, and the tails of a started service's logs) when
 a target cannot be started, reached or fails a call, 130 when interrupted.
@@ -262,6 +272,8 @@ class Services:
 
     def close(self) -> None:
         """Stop everything started; Ctrl-C and SIGTERM are ignored meanwhile (so that it ends)."""
+        if self.logs:
+            print("stopping the started services", file=sys.stderr, flush=True)
         previous = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             self.stack.close()
@@ -415,6 +427,7 @@ class Updates:
         self.statuses: Counter[int] = Counter()
         self.error: grpc.RpcError | None = None
         self.ended = False
+        self._ended_sent = False
         self._responses = stub.PutURLs(self._requests(), timeout=timeout)
         self._reader = threading.Thread(target=self._read, name="updates-acks", daemon=True)
         self._reader.start()
@@ -453,13 +466,69 @@ class Updates:
             self._cond.wait_for(lambda: self.acked >= self.sent or self.ended, max(0.0, timeout))
             return self.acked >= self.sent
 
+    def end(self) -> None:
+        """No more items: the stream completes once the service is done with them."""
+        if not self._ended_sent:
+            self._ended_sent = True
+            self._items.put(None)
+
     def close(self, timeout: float) -> None:
         """End the stream and wait (bounded) for its completion; cancelled past ``timeout``."""
-        self._items.put(None)
+        self.end()
         self._reader.join(timeout)
         if self._reader.is_alive():
             self._responses.cancel()
             self._reader.join(5)
+
+
+class UpdateStreams:
+    """``n`` :class:`Updates` streams side by side (a crawler's fetchers reporting at once): each
+    call's updates are dealt out among them, and all their acks awaited."""
+
+    def __init__(self, stub: pbg.URLFrontierStub, timeout: float, n: int) -> None:
+        self.streams: list[Updates] = []
+        self._next = 0  # the stream the next item goes to (round robin)
+        try:
+            for _ in range(n):
+                self.streams.append(Updates(stub, timeout))
+        except BaseException:
+            self.close(1.0)
+            raise
+
+    @property
+    def sent(self) -> int:
+        return sum(u.sent for u in self.streams)
+
+    @property
+    def acked(self) -> int:
+        return sum(u.acked for u in self.streams)
+
+    @property
+    def ok(self) -> int:
+        return sum(u.statuses[pb.AckMessage.OK] for u in self.streams)
+
+    @property
+    def error(self) -> grpc.RpcError | None:
+        return next((u.error for u in self.streams if u.error is not None), None)
+
+    def send(self, items: Sequence[pb.URLItem]) -> None:
+        n = len(self.streams)
+        for i in range(n):
+            if part := items[i::n]:
+                self.streams[(self._next + i) % n].send(part)
+        self._next = (self._next + len(items)) % n
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        return all([u.wait(deadline - time.monotonic()) for u in self.streams])
+
+    def close(self, timeout: float) -> None:
+        """Every stream ended, then each awaited (``timeout`` in all, then cancelled)."""
+        for u in self.streams:
+            u.end()
+        deadline = time.monotonic() + timeout
+        for u in self.streams:
+            u.close(max(0.0, deadline - time.monotonic()))
 
 
 def known(info: pb.URLInfo) -> pb.URLItem:
@@ -480,7 +549,8 @@ def get_phase(stub: pbg.URLFrontierStub, urls: Sequence[str], params: pb.GetPara
     deadline = started + args.get_timeout
     last_new = started
     note = ""
-    updates = Updates(stub, args.get_timeout + args.close_timeout) if args.complete else None
+    finished = False
+    updates = UpdateStreams(stub, args.get_timeout + args.close_timeout, args.update_streams) if args.complete else None
     try:
         while len(seen) < len(wanted):
             remaining = deadline - time.perf_counter()
@@ -498,7 +568,10 @@ def get_phase(stub: pbg.URLFrontierStub, urls: Sequence[str], params: pb.GetPara
                 for info in stub.GetURLs(params, timeout=min(args.call_timeout, remaining)):
                     per_queue[info.key or urlsplit(info.url).netloc] += 1
                     if updates is not None:
-                        done.append(known(info))
+                        if args.update_when == "url":  # processed as it is read
+                            updates.send([known(info)])
+                        else:
+                            done.append(known(info))
                     if info.url not in wanted:
                         foreign += 1
                     elif info.url in seen:
@@ -512,7 +585,7 @@ def get_phase(stub: pbg.URLFrontierStub, urls: Sequence[str], params: pb.GetPara
                 note = (
                     f"stopped after {args.get_timeout:g} s" if cut_by_timeout else f"call {calls} cut at its deadline"
                 )
-            if updates is not None and done:
+            if updates is not None and (done or updates.acked < updates.sent):
                 updates.send(done)
                 if not updates.wait(min(args.call_timeout, max(0.0, deadline - time.perf_counter()))):
                     if updates.error is not None:
@@ -532,16 +605,17 @@ def get_phase(stub: pbg.URLFrontierStub, urls: Sequence[str], params: pb.GetPara
                 empty_calls += 1
                 time.sleep(max(0.0, min(args.poll_interval, deadline - time.perf_counter())))
         ended = time.perf_counter()
+        finished = True
     finally:
-        if updates is not None:
-            updates.close(args.close_timeout)  # not timed: the last updates' completion
+        if updates is not None:  # not timed: the last updates' completion (cancelled at once on an error)
+            updates.close(args.close_timeout if finished else 0.5)
     if updates is not None and updates.error is not None:
         raise updates.error
     seconds = (last_new if len(seen) == len(wanted) else ended) - started
     return GetResult(wanted=len(wanted), received=len(seen), duplicates=duplicates, foreign=foreign, calls=calls,
                      empty_calls=empty_calls, max_per_queue_call=max_per_queue, seconds=seconds,
                      cpu=time.process_time() - cpu, updates_sent=updates.sent if updates else 0,
-                     updates_ok=updates.statuses[pb.AckMessage.OK] if updates else 0, note=note)  # fmt: skip
+                     updates_ok=updates.ok if updates else 0, note=note)  # fmt: skip
 
 
 def crawl_of(args: argparse.Namespace, target_index: int, round_no: int) -> tuple[str, str, str]:
@@ -606,7 +680,9 @@ def line(r: RoundResult, width: int) -> str:
 def figures(r: RoundResult, args: argparse.Namespace) -> dict[str, Any]:
     p, g = r.put, r.get
     return {"target": r.target.name, "address": r.target.address, "round": r.round, "crawl": r.crawl,
-            "host_delay_s": r.target.host_delay, "complete": args.complete, "hosts": args.hosts,
+            "host_delay_s": r.target.host_delay, "complete": args.complete, "update_streams": args.update_streams,
+            "update_when": args.update_when,
+            "hosts": args.hosts,
             "urls": p.sent, "put_urls_per_s": round(p.rate), "put_ok": p.ok, "put_skipped": p.skipped,
             "put_fail": p.fail, "put_s": round(p.seconds, 3), "put_client_cpu_s": round(p.cpu, 2),
             "get_received": g.received, "get_urls_per_s": round(g.rate), "get_s": round(g.seconds, 3),
@@ -702,6 +778,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--complete", action=argparse.BooleanOptionalAction, default=True,
                    help="send each URL got back as done (KnownURLItem, refetchable_from_date 0) before the next "
                         "GetURLs, as a crawler does (default on)")  # fmt: skip
+    p.add_argument("--update-streams", type=int, default=1,
+                   help="with --complete: PutURLs streams the updates are dealt out among, side by side (default 1)",
+                   )  # fmt: skip
+    p.add_argument("--update-when", choices=("call", "url"), default="url",
+                   help="with --complete: send each update as soon as its URL is read ('url', the default: a "
+                        "crawler that fetches while it reads; a GetURLs may stay open to send a host's next URL), "
+                        "or all of a call's once the call has ended ('call')")  # fmt: skip
     p.add_argument("--get-timeout", type=float, default=120.0, help="seconds for the get phase (default 120)")
     p.add_argument("--put-timeout", type=float, default=300.0, help="deadline of the PutURLs stream (default 300)")
     p.add_argument("--call-timeout", type=float, default=60.0, help="deadline of each GetURLs call (default 60)")
@@ -722,7 +805,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--json", action="store_true", help="also print one JSON line per result")
     p.add_argument("--verbose", action="store_true", help="one line per GetURLs call, on stderr")
     args = p.parse_args(argv)
-    for name in ("rounds", "urls", "hosts", "per_queue", "max_calls", "gateway_partitions"):
+    for name in ("rounds", "urls", "hosts", "per_queue", "max_calls", "gateway_partitions", "update_streams"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.warmup < 0:
@@ -761,8 +844,10 @@ def measure(args: argparse.Namespace, targets: Sequence[Target]) -> None:
             channels.append(channel)
         baseline = calibration_seconds()
         per_host = math.ceil(args.urls / args.hosts)
+        completing = (f"on ({args.update_streams} update stream(s), sent per {args.update_when})" if args.complete
+                      else "off")  # fmt: skip
         print(f"{BENCH}: {args.urls} URLs over {args.hosts} hosts ({per_host} per host at most), per-queue "
-              f"{args.per_queue}, delay_requestable {DELAY_REQUESTABLE} s, complete {'on' if args.complete else 'off'}"
+              f"{args.per_queue}, delay_requestable {DELAY_REQUESTABLE} s, complete {completing}"
               f", get timeout {args.get_timeout:g} s, {args.rounds} round(s) + {args.warmup} warm-up; {machine()}; "
               f"calibration task {baseline * 1000:.0f} ms = 1.00", flush=True)  # fmt: skip
         bounds(targets, args)
