@@ -151,6 +151,16 @@ def test_a_urlfrontier_crawler_is_polite_and_loses_nothing_through_kills(bootstr
         stack.start_gateway("gateway-2", port)
         thread.join(timeout=250)
         assert not thread.is_alive(), "the crawler did not end"
+        # a gateway stopped while a client holds URLs exits at once (the frontier keeps their leases)
+        client = stub(port)
+        put(client, [discovered(f"http://{host['bucket']}:{fleet.port}/held/{i}") for i in range(3)])
+        held: list[str] = []
+        wait_until(lambda: bool(held.extend(u.url for u in client.GetURLs(pb.GetParams(crawlID="DEFAULT"),
+                                                                          timeout=15)) or held),
+                   timeout=60, what="a URL handed out")  # fmt: skip
+        stopping = time.monotonic()
+        assert stack.stop("gateway-2") == 0, stack.log("gateway-2")[-2000:]
+        assert time.monotonic() - stopping < 15, f"the gateway took {time.monotonic() - stopping:.0f} s to stop"
     finally:
         stack.stop_all()
         fleet.stop()

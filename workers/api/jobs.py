@@ -521,6 +521,13 @@ class Jobs:
         if end is not None and not end.done():
             end.set_result(None)
 
+    def let_go(self, leased: LeasedJob) -> None:
+        """Over here without a report (a job held for a client when the process stops): the
+        frontier's lease, kept until the hold's end, brings the URL back."""
+        if not leased.reported:
+            leased.reported = True
+            self._done(leased)
+
     def _abandon(self, leased: LeasedJob) -> None:
         """Not reported by ``expires_at + timeout``: given up here (no feedback; the frontier's
         lease expires a little later and the job comes back)."""

@@ -64,6 +64,9 @@ class CrawlPool:
             with contextlib.suppress(Exception):
                 await job.release()
         self.ready.clear()
+        for handed in self.handed.values():  # in clients' hands: their leases are held at the frontier
+            self.jobs.let_go(handed.job)
+        self.handed.clear()
         await self.jobs.close()
 
     async def _take(self) -> None:
