@@ -45,15 +45,19 @@ class Freeze:
     name: str
     start: float  # just before SIGSTOP
     end: float  # just after SIGCONT
+    # a worker's report takes a moment after its response (page, feedback, offset commit): with
+    # ``grace``, a response that ended this long before the freeze still counts as in flight
+    grace: float = 0.0
 
     def in_flight(self, hit: Hit) -> bool:
-        """Whether ``hit`` had arrived at its site before the freeze and was not complete by it."""
-        return hit.start < self.start and (hit.end == 0.0 or hit.end > self.start)
+        """Whether ``hit`` had arrived at its site before the freeze and was not complete by it (or,
+        with ``grace``, its report could not be)."""
+        return hit.start < self.start and (hit.end == 0.0 or hit.end > self.start - self.grace)
 
 
-def freeze(stack: Stack, name: str, seconds: float) -> Freeze:
+def freeze(stack: Stack, name: str, seconds: float, grace: float = 0.0) -> Freeze:
     """Freeze ``name`` now for ``seconds`` (the scenario itself: a deliberate wait), then thaw it,
-    whatever happens meanwhile."""
+    whatever happens meanwhile. ``grace``: see :attr:`Freeze.grace`."""
     pid = stack.procs[name].pid
     start = time.time()
     os.killpg(pid, signal.SIGSTOP)
@@ -61,7 +65,7 @@ def freeze(stack: Stack, name: str, seconds: float) -> Freeze:
         time.sleep(seconds)
     finally:
         os.killpg(pid, signal.SIGCONT)
-    return Freeze(name, start, time.time())
+    return Freeze(name, start, time.time(), grace)
 
 
 def thaw_all(stack: Stack) -> None:

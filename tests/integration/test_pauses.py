@@ -36,6 +36,7 @@ from tests.integration.helpers import submit
 
 FRONTIER_FREEZE = 35.0  # more than three of the frontier group's 10 s session timeouts
 WORKER_FREEZE = 20.0  # past a worker's 10 s session, short of its jobs' expiry (job_ttl 30 s by default)
+REPORT_GRACE = 1.0  # a response that ended this long before a worker's freeze may still have its report on its way
 PAST_EXPIRY = {"job_ttl": 4.0, "fetch_timeout": 4.0, "lease_grace": 2.0}  # a lease's deadline: ~10 s
 EXPIRED_FREEZE = 25.0  # past the jobs' expiry and the leases' deadline under PAST_EXPIRY
 # Jobs go out this much before their slot (0.1 s by default), so that at any moment a worker holds
@@ -225,7 +226,11 @@ def test_worker_frozen_right_after_reporting(bootstrap: str, tmp_path: Path) -> 
         assert victim in stack.procs, f"page from an unknown worker {pages.records[-1].worker!r}"
         on_pages = list(dict.fromkeys(pages.urls))  # already on crawl.pages at the freeze
         by_victim = sum(1 for p in pages.records if proc_name(stack, p.worker) == victim)
-        frozen = freeze(stack, victim, WORKER_FREEZE)
+        # frozen the moment a page arrives: another response of the victim may have ended just before
+        # with its report still on its way (its page may be out, its feedback not): the frontier's
+        # lease then brings that URL back, at least once. The pages on crawl.pages at the freeze
+        # must never be fetched or published again (checked below, without any grace).
+        frozen = freeze(stack, victim, WORKER_FREEZE, grace=REPORT_GRACE)
         pages.poll()
         left = len(set(urls) - set(pages.urls))
         pages.finish(urls, timeout=120, what="every URL after the worker's freeze")

@@ -28,7 +28,11 @@ log = logging.getLogger("worker")
 # Not ILLEGAL_GENERATION: a cooperative rebalance bumps the generation while the member keeps its
 # partitions, and a commit made meanwhile gets it (measured); asked again, it goes through.
 LOST_CODES = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.FENCED_INSTANCE_ID})
-MARK_PATIENCE = 2.0  # seconds a report waits for its done mark to be committed, then goes anyway
+# seconds a report waits for its done mark to be committed (a rebalance refuses commits until it
+# ends), then goes anyway. Longer than a session timeout (10 s): a rebalance that waits for a
+# stopped member to be expelled ends within it, and a report that went before would be sent again
+# by the partition's next owner, which reads the job again (a page published twice; seen in CI)
+MARK_PATIENCE = 15.0
 CONFIRM_WAIT = 30.0  # seconds a held job waits for the group to confirm its partition after a stall
 
 GATE_PRUNE_EVERY = 60.0  # seconds between two sweeps of idle gates
