@@ -283,15 +283,17 @@ class Gateway(pbg.URLFrontierServicer):
         by_partition: dict[int, list[str]] = {}
         for job in jobs:
             by_partition.setdefault(partition_of(job.item, self.cfg.topics.partitions), []).append(job.job.lease)
-        held: set[str] = set()
-        for p, leases in by_partition.items():
+
+        async def hold(p: int, leases: list[str]) -> list[str]:
             try:
                 await self.asker.ask(new_query("hold", leases=leases, until=until), [p])
             except (Unanswered, RuntimeError) as exc:
                 log.warning("hold of %d URL(s) not confirmed by partition %d: %s", len(leases), p, exc)
-                continue
-            held.update(leases)
-        return held
+                return []
+            return leases
+
+        done = await asyncio.gather(*(hold(p, leases) for p, leases in by_partition.items()))
+        return {lease for leases in done for lease in leases}
 
     async def serve_known_crawls(self) -> None:
         """At start: join the worker group of every crawl the frontier knows, so that each is
