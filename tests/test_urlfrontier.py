@@ -152,6 +152,21 @@ def test_delete_queue_and_crawl_remove_recorded_queued_and_leased_urls() -> None
     assert ask(f, "crawls", T0 + 62, crawl="").crawls == ["default"]
 
 
+def test_purge_removes_the_urls_recorded_before_its_cutoff() -> None:
+    f = make()
+    f.ingest([item("http://a.test/old"), item("http://b.test/old")], T0)
+    old = jobs(f, T0)  # both in flight
+    f.ingest([item("http://a.test/new"), item("http://a.test/newer", refetch=T0 + 500)], T0 + 100)
+    assert change(f, "purge", T0 + 101, key="a.test", until=T0 + 50).counts == {"removed": 1}
+    assert {r.url for r in ask(f, "urls", T0 + 101).urls} == {"http://b.test/old", "http://a.test/new",
+                                                             "http://a.test/newer"}  # fmt: skip
+    assert f.inflight == 1  # its lease ended with it; b.test/old's stays
+    assert change(f, "purge", T0 + 102, until=T0 + 200).counts == {"removed": 3}
+    assert ask(f, "count", T0 + 102).counts == {"count": 0}
+    assert not jobs(f, T0 + 600), "nothing purged comes back"
+    assert len(old) == 2
+
+
 def test_a_block_holds_the_scope_until_its_time() -> None:
     f = make()
     f.control(ControlCommand(action="block", scope="a.test", until=T0 + 20), T0)

@@ -425,8 +425,8 @@ class ControlCommand(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 # -- the URLFrontier gateway's questions to the partitions (crawl.control) and their answers ----------
-QUERY_KINDS = ("stats", "queues", "urls", "count", "status", "crawls", "delete_queue", "delete_crawl", "hold")
-CHANGING_KINDS = ("delete_queue", "delete_crawl", "hold")  # applied once, answered once committed
+QUERY_KINDS = ("stats", "queues", "urls", "count", "status", "crawls", "delete_queue", "delete_crawl", "purge", "hold")
+CHANGING_KINDS = ("delete_queue", "delete_crawl", "purge", "hold")  # applied once, answered once committed
 MAX_HOLD_LEASES = 10_000
 MAX_QUERY_LIMIT = 1000  # URL records or queue keys in one reply at most (a reply must fit its topic)
 
@@ -449,7 +449,7 @@ class Query(msgspec.Struct, kw_only=True, omit_defaults=True):
     limit: int = 0  # urls / queues: at most this many (<= MAX_QUERY_LIMIT)
     inactive: bool = False  # queues: with the queues that have nothing queued or in flight
     leases: list[str] = msgspec.field(default_factory=list)  # hold: the leases handed out
-    until: float = 0.0  # hold: in the client's hands until then (epoch s)
+    until: float = 0.0  # hold: in the client's hands until then; purge: URLs first recorded before then (epoch s)
 
     def validate(self) -> None:
         if self.kind not in QUERY_KINDS:

@@ -13,6 +13,8 @@ O(records of the crawl) per question.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import msgspec
 
 from frontier.partition.keys import (
@@ -122,13 +124,17 @@ class Recorded(Leases):
         return reply
 
     def change(self, query: Query, now: float) -> Reply:
-        """A deletion (the queue's URLs, ``key``, or the whole crawl's, recorded or queued) or a
-        hold (leases handed out to a client until ``until``)."""
+        """A deletion (the queue's URLs, ``key``, the whole crawl's, or with ``purge`` those first
+        recorded before ``until``) or a hold (leases handed out to a client until ``until``)."""
         if query.kind == "hold":
             held = sum(1 for lease in query.leases if self.hold(lease, query.until))
             return Reply(id=query.id, partition=self.partition, counts={"held": held})
-        removed = self._delete_crawl(query.crawl, now) if query.kind == "delete_crawl" else \
-            self._delete_queue(query.crawl, query.key, now)  # fmt: skip
+        if query.kind == "delete_crawl":
+            removed = self._delete_crawl(query.crawl, now)
+        elif query.kind == "purge":  # recorded before ``until``
+            removed = self._remove(query.crawl, query.key or None, now, before=query.until)
+        else:
+            removed = self._remove(query.crawl, query.key, now)
         return Reply(id=query.id, partition=self.partition, counts={"removed": removed})
 
     def _stats(self, crawl: str, key: str | None, now: float) -> dict[str, int]:
@@ -186,31 +192,37 @@ class Recorded(Leases):
         reply.queues = names[:limit]
         reply.more = reply.queues[-1] if len(names) > limit else ""
 
-    def _delete_queue(self, crawl: str, key: str, now: float) -> int:
-        leased = self._leased_urls(crawl)
-        removed = 0
+    def _remove(self, crawl: str, key: str | None, now: float, before: float | None = None) -> int:
+        """Remove the crawl's recorded URLs (of ``key``; first recorded before ``before``), queued,
+        waiting for a revisit or in flight, and forget them (a later put adds them again)."""
+        urls: set[str] = set()
         for rkey, raw in list(self.kv.scan(record_prefix(crawl, key))):
-            url = split_record_key(rkey)[2]
             record = _record_dec.decode(raw)
-            if url not in leased:  # one in flight stays open: its result settles it
-                item = UrlItem(url=url, host="", domain="", canonical=record.canonical, crawl=crawl)
-                skey = seen_key(self._fingerprint(item))
-                if self.kv.get(skey) is not None:
-                    self._delete(skey)  # a revisit's V entry is dropped when due (no longer named)
+            if before is not None and record.created >= before:
+                continue
+            url = split_record_key(rkey)[2]
+            item = UrlItem(url=url, host="", domain="", canonical=record.canonical, crawl=crawl)
+            skey = seen_key(self._fingerprint(item))
+            if self.kv.get(skey) is not None:
+                self._delete(skey)  # a revisit's V entry is dropped when due (no longer named)
             self._delete(rkey)
-            removed += 1
-        for qid in [q for q in self._queued if queue_crawl(q) == crawl]:
-            self._drop_keyed(qid, key, now)
-        self._end_leases(crawl, key, now)
-        return removed
+            urls.add(url)
 
-    def _end_leases(self, crawl: str, key: str | None, now: float) -> None:
-        """The deleted URLs in flight end now (their host's slot too): a result that comes later
+        def gone(item: UrlItem) -> bool:
+            return (key is None or item.key == key) and (before is None or item.url in urls)
+
+        for qid in [q for q in self._queued if queue_crawl(q) == crawl]:
+            self._drop_entries(qid, gone, now)
+        self._end_leases(crawl, gone, now)
+        return len(urls)
+
+    def _end_leases(self, crawl: str, gone: Callable[[UrlItem], bool], now: float) -> None:
+        """The removed URLs in flight end now (their host's slot too): a result that comes later
         is a late one (its server signals still count), and nothing brings them back."""
         record = self._crawls.get(crawl)
         for lkey, raw in list(self.kv.scan(LEASE)):
             lease = lease_dec.decode(raw)
-            if lease.kind != "page" or lease.item.crawl != crawl or (key is not None and lease.item.key != key):
+            if lease.kind != "page" or lease.item.crawl != crawl or not gone(lease.item):
                 continue
             skey = seen_key(self._fingerprint(lease.item))
             if self.kv.get(skey) is not None:
@@ -219,10 +231,10 @@ class Recorded(Leases):
                 record.dropped_leases.pop(lease_of(lkey), None)
             self._end_lease(lkey, lease, now)
 
-    def _drop_keyed(self, qid: QueueId, key: str, now: float) -> None:
-        """Remove the queued entries of ``qid`` recorded under ``key``."""
+    def _drop_entries(self, qid: QueueId, gone: Callable[[UrlItem], bool], now: float) -> None:
+        """Remove the queued entries of ``qid`` that are ``gone``."""
         for qkey, raw in list(self.kv.scan(queue_prefix(qid))):
-            if item_dec.decode(raw).key == key:
+            if gone(item_dec.decode(raw)):
                 self._delete(qkey)
                 self._dequeued(qid)
         if self._queued.get(qid, 0) <= 0:
@@ -244,5 +256,5 @@ class Recorded(Leases):
             self._delete(rkey)
             recorded += 1
         dropped = self._drop_crawl(crawl, now, forget=True) if crawl in self._crawls else 0
-        self._end_leases(crawl, None, now)
+        self._end_leases(crawl, lambda item: True, now)
         return max(recorded, dropped)

@@ -272,7 +272,7 @@ class FrontierService(Reporting, Lifecycle):
         if self._applied_before(owned, CONTROL, event):
             return
         reply = owned.frontier.change(query, self.clock())
-        if query.kind != "hold":
+        if query.kind != "hold":  # a deletion or a purge
             log.info("query %s crawl %r key %r: %d removed (partition %d)", query.kind, query.crawl, query.key[:100],
                      reply.counts.get("removed", 0), p)  # fmt: skip
         self._note(owned, CONTROL, event)

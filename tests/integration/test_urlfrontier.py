@@ -115,6 +115,9 @@ def bad_input_gets_clear_answers(stack: Stack, port: int) -> None:
         else:
             raise AssertionError(f"no error, {code} expected")
     assert client.GetActive(pb.Local(), timeout=15).state  # still serving
+    # PurgeURLs: everything first recorded more than 0 days ago (the one URL put above) goes
+    assert client.PurgeURLs(pb.PurgeUrlParams(days=0), timeout=15).value == 1
+    assert client.CountURLs(pb.CountUrlParams(), timeout=15).value == 0
 
 
 def test_a_urlfrontier_crawler_is_polite_and_loses_nothing_through_kills(bootstrap: str, tmp_path: Path) -> None:

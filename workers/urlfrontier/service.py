@@ -426,9 +426,11 @@ class Gateway(pbg.URLFrontierServicer):
         return pb.Long(value=sum(r.counts.get("removed", 0) for r in replies.values()))
 
     async def PurgeURLs(self, request: pb.PurgeUrlParams, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Long:
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED, "PurgeURLs is not served by this frontier (yet): delete "
-                            "the queue or the crawl instead")  # fmt: skip
-        raise AssertionError
+        """Remove the URLs first recorded more than ``days`` days ago (of ``key``, or every queue)."""
+        crawl = await self._crawl(request.crawlID, context)
+        cutoff = time.time() - 86400.0 * request.days
+        replies = await self._ask(context, "purge", crawl, key=request.key, until=cutoff)
+        return pb.Long(value=sum(r.counts.get("removed", 0) for r in replies.values()))
 
     # -- operators' commands --------------------------------------------------------------------------
     async def _command(self, context: grpc.aio.ServicerContext[Any, Any], cmd: ControlCommand) -> pb.Empty:
