@@ -111,6 +111,16 @@ def test_a_known_update_while_queued_or_in_flight_decides_the_url() -> None:
     assert [j.item.url for j in jobs(f, T0 + 500)] == [other]
 
 
+def test_a_lease_lost_after_its_clients_update_does_not_bring_the_url_back() -> None:
+    f = make()
+    f.ingest([item("http://a.test/1")], T0)
+    [job] = jobs(f, T0)
+    f.ingest([item(job.item.url, refetch=0)], T0 + 1)  # the update reached the frontier, the report never came
+    f.expire_leases(T0 + 1000)
+    assert not jobs(f, T0 + 1000), "a URL its client said is done is not sent out again"
+    assert f.inflight == 0
+
+
 def test_a_held_lease_lasts_its_clients_time_then_the_url_is_handed_out_again() -> None:
     f = make()
     f.ingest([item("http://a.test/1")], T0)

@@ -223,6 +223,8 @@ class Leases(Robots, Revisits):
                 continue
             if dropped is not None:
                 self._end_dropped(lease.item, lease_id, "lost", now, forgotten=dropped)
+            elif lease.kind == "page" and lease.item.key and self._decided_while_leased(lease.item):
+                pass  # a client's update decided it while it was out (done, or due later): not queued again
             elif lease.kind == "page":
                 # A lease can be lost again and again (a URL whose fetch kills its worker, a worker
                 # that never answers): count it as an attempt, and end with an error page.

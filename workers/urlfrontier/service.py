@@ -56,6 +56,7 @@ log = logging.getLogger("urlfrontier")
 OK, SKIPPED, FAIL = pb.AckMessage.Status.OK, pb.AckMessage.Status.SKIPPED, pb.AckMessage.Status.FAIL
 GET_BUDGET = 10_000  # URLs one GetURLs returns at most
 PUT_WINDOW = 1000  # URLs of one put stream handled at once (published, not yet acknowledged)
+MAX_HOLD = 3600.0  # seconds a GetURLs' delay_requestable holds a URL at most
 In = TypeVar("In")
 Out = TypeVar("Out")
 LIST_PAGE = 500  # URL records asked of a partition at a time
@@ -71,6 +72,7 @@ class Gateway(pbg.URLFrontierServicer):
         self.pools = pools
         self.address = address
         self.active = True
+        self._background: set[asyncio.Future[None]] = set()  # hand-backs on their way
 
     # -- helpers ------------------------------------------------------------------------------------
     @staticmethod
@@ -224,7 +226,8 @@ class Gateway(pbg.URLFrontierServicer):
             except TooManyCrawls as exc:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
                 raise
-        delay = float(request.delay_requestable or self.cfg.urlfrontier.delay_requestable)
+        # a client's hold keeps its host's slot (for every crawl): never longer than MAX_HOLD
+        delay = min(float(request.delay_requestable or self.cfg.urlfrontier.delay_requestable), MAX_HOLD)
         key = request.key or None
         per_queue, queues = request.max_urls_per_queue, request.max_queues
         budget = GET_BUDGET
@@ -242,8 +245,9 @@ class Gateway(pbg.URLFrontierServicer):
             for pool in pools:
                 if pool.failure is not None:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, f"crawl {pool.crawl!r}: {pool.failure}")
-            taken = [(pool, job) for pool in pools
-                     for job in pool.take(key, per_queue, queues, budget - sent, counts)]  # fmt: skip
+            taken: list[tuple[CrawlPool, LeasedJob]] = []
+            for pool in pools:  # the call's budget over every crawl it serves
+                taken += [(pool, job) for job in pool.take(key, per_queue, queues, budget - sent - len(taken), counts)]
             if taken:
                 async for info in self._hand_out(taken, delay, context):
                     sent += 1
@@ -263,19 +267,31 @@ class Gateway(pbg.URLFrontierServicer):
     async def _hand_out(self, taken: list[tuple[CrawlPool, LeasedJob]], delay: float,
                         context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.URLInfo]:  # fmt: skip
         until = time.time() + delay
-        held = await self._hold([job for _, job in taken], until, context)
-        for pool, job in taken:
-            if job.job.lease not in held:
-                await job.release()  # its lease closed meanwhile (a deletion): not handed out
-                continue
-            try:
-                await pool.hand_out(job, until)
-            except Exception as exc:  # noqa: BLE001 - not handed out: the frontier's lease brings it back
-                log.warning("%s not handed out: %s", job.url[:200], exc)
-                continue
-            item = job.item
-            yield pb.URLInfo(url=item.url, key=item.key or queue_key(item.url, ""), crawlID=api_crawl(item.crawl),
-                             metadata=_metadata(item.meta))  # fmt: skip
+        held: set[str] = set()
+        out: set[str] = set()  # leases sent to the client
+        try:
+            held = await self._hold([job for _, job in taken], until, context)
+            for pool, job in taken:
+                if job.job.lease not in held:
+                    continue  # its lease closed meanwhile (a deletion), or the hold failed: handed back below
+                try:
+                    await pool.hand_out(job, until)
+                except Exception as exc:  # noqa: BLE001 - not handed out: the frontier's lease brings it back
+                    log.warning("%s not handed out: %s", job.url[:200], exc)
+                    continue
+                item = job.item
+                info = pb.URLInfo(url=item.url, key=item.key or queue_key(item.url, ""), crawlID=api_crawl(item.crawl),
+                                  metadata=_metadata(item.meta))  # fmt: skip
+                out.add(job.job.lease)
+                yield info
+        finally:
+            # taken but not sent (the client went away, a failure): back to the frontier unless held
+            # (a held lease comes back when its hold ends, at most MAX_HOLD later)
+            stranded = [(pool, job) for pool, job in taken if job.job.lease not in out]
+            if stranded:
+                task = asyncio.ensure_future(_give_back(stranded, held))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
 
     async def _hold(self, jobs: list[LeasedJob], until: float, context: grpc.aio.ServicerContext[Any, Any]) -> set[str]:
         """Tell each job's partition that it is in a client's hands until ``until``, on
@@ -287,7 +303,7 @@ class Gateway(pbg.URLFrontierServicer):
         async def hold(p: int, leases: list[str]) -> list[str]:
             try:
                 await self.asker.ask(new_query("hold", leases=leases, until=until), [p])
-            except (Unanswered, RuntimeError) as exc:
+            except Exception as exc:  # noqa: BLE001 - not held: not handed out
                 log.warning("hold of %d URL(s) not confirmed by partition %d: %s", len(leases), p, exc)
                 return []
             return leases
@@ -388,12 +404,13 @@ class Gateway(pbg.URLFrontierServicer):
         crawl = await self._crawl(request.crawlID, context)
         size = request.size or 100
         names: set[str] = set()
-        for p in range(self.cfg.topics.partitions):
-            after = ""
-            while len(names) < request.start + size:
+        for p in range(self.cfg.topics.partitions):  # each partition's first start + size keys
+            after, mine = "", 0
+            while mine < request.start + size:
                 reply = (await self._ask(context, "queues", crawl, [p], after=after, limit=1000,
                                          inactive=request.include_inactive))[p]  # fmt: skip
                 names.update(reply.queues)
+                mine += len(reply.queues)
                 if not reply.more:
                     break
                 after = reply.more
@@ -478,6 +495,20 @@ class Gateway(pbg.URLFrontierServicer):
         level = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
         logging.getLogger(request.package or None).setLevel(level.get(request.level, logging.INFO))
         return pb.Empty()
+
+
+async def _give_back(jobs: list[tuple[CrawlPool, LeasedJob]], held: set[str]) -> None:
+    """Jobs a GetURLs took and did not send: handed back to the frontier (queued again at once), or,
+    when their hold was recorded (the frontier ignores a hand-back of a held lease), let go here."""
+    for pool, job in jobs:
+        if job.reported:
+            continue
+        pool.handed.pop(job.url, None)
+        if job.job.lease in held:
+            pool.jobs.let_go(job)
+            continue
+        with contextlib.suppress(Exception):
+            await job.release()
 
 
 def _metadata(meta: dict[str, Any]) -> dict[str, pb.StringList]:
