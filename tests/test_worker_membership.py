@@ -219,3 +219,46 @@ async def test_a_mark_refused_during_a_rebalance_is_asked_again_and_the_partitio
     await poll(task.done, 5, "the report")
     await worker.jobs.publisher.settled()
     assert [fb.outcome for fb in producer.feedback()] == ["fetched"] and len(consumer.commits) == 2
+
+
+async def test_a_request_on_its_way_when_the_partition_is_lost_is_not_reported(
+    site: Site, session: aiohttp.ClientSession
+) -> None:
+    """A process frozen past its session with a request on its way (CI: a page published twice):
+    at the thaw the group tells it the assignment is lost, then the response ends. The partition's
+    new owner has read the job again and reports it; this worker reports nothing and commits
+    nothing of that partition."""
+    clock, producer = Clock(), FakeProducer()
+    worker = worker_with(clock, producer)
+    consumer = RecordingConsumer(producer)
+    worker.jobs.consuming.consumer = consumer
+    task = start(worker, session, message(make_job(site.url("/hold")), offset=7))
+    await poll(lambda: site.hits == ["/hold"], 5, "the request to be sent")
+    worker.jobs.consuming.lose({TP}, "the group's assignment was lost")  # on_lost, at the thaw
+    site.release.set()  # then the response ends
+    await poll(task.done, 5, "the job to end")
+    worker.jobs.consuming.commit_marks(consumer)
+    await worker.jobs.publisher.settled()
+    assert producer.records == [] and worker.jobs.consuming.marks == [] and consumer.commits == []
+
+
+async def test_a_mark_whose_partition_is_lost_before_its_commit_reports_nothing(
+    site: Site, session: aiohttp.ClientSession
+) -> None:
+    """The loss comes between a job's mark and the commit: the commit carries the other partitions
+    (accepted), not this one, and the job's report does not go."""
+    site.routes["/g"] = (200, {}, b"g")
+    clock, producer = Clock(), FakeProducer()
+    worker = worker_with(clock, producer)
+    consumer = RecordingConsumer(producer)
+    worker.jobs.consuming.consumer = consumer
+    worker.jobs.membership.assigned([("crawl.jobs", 1)])
+    worker.jobs.tracker.started("crawl.jobs", 1, 2)  # a job of another partition, still open
+    task = start(worker, session, message(make_job(site.url("/g")), offset=4))
+    await poll(lambda: bool(worker.jobs.consuming.marks), 5, "the job to wait for its mark")
+    worker.jobs.consuming.lose({TP}, "the group's assignment was lost")
+    worker.jobs.consuming.commit_marks(consumer)
+    await poll(task.done, 5, "the job to end")
+    await worker.jobs.publisher.settled()
+    assert site.hits == ["/g"] and producer.records == []
+    assert consumer.commits == [([(2, None)], 0)]  # the other partition's point only

@@ -71,7 +71,8 @@ class JobConsumer:
         self.membership: Membership | None = None  # set by start(): the consumer's partitions (None: all)
         self.loop: asyncio.AbstractEventLoop | None = None  # the jobs' event loop (set by Jobs)
         # jobs marked done, waiting for the consumer's loop to commit the mark before they report
-        self.marks: list[tuple[asyncio.Future[bool], float]] = []  # (mark, monotonic time asked)
+        # (mark, monotonic time asked, the job's partition)
+        self.marks: list[tuple[asyncio.Future[bool], float, tuple[str, int]]] = []
         self.running: dict[tuple[str, int], set[asyncio.Task[None]]] = defaultdict(set)  # by (topic, partition)
         self.held: set[asyncio.Task[None]] = set()  # tasks waiting for a job's slot
         self.skipped_reported = 0  # re-delivered jobs a previous owner had reported (not fetched again)
@@ -146,13 +147,19 @@ class JobConsumer:
     async def mark_done(self, leased: LeasedJob) -> bool:
         """Before a job's report goes out: its offset is committed as done (the commit's metadata,
         :mod:`workers.api.offsets`), so a worker that takes the partition over never fetches a job
-        whose report landed. False: the group refused the commit as from an expired member (the job
-        is another worker's now: report nothing). Without a consumer (tests): at once, True."""
-        self.tracker.finished(*leased._coords)
+        whose report landed. False: the job's partition was lost or given up before its mark was
+        committed, or the group refused the commit as from an expired member: the job is another
+        worker's now (it fetches and reports it again), and nothing is reported here; a request
+        that was on its way when a frozen process lost its partitions ends so. Without a consumer
+        (tests): at once, True."""
+        mine = self.tracker.finished(*leased._coords)
         if self.consumer is None or self.loop is None:
             return True
+        if not mine:
+            log.info("%r ended after its partition was given up: not reported (its new owner has it)", leased)
+            return False
         mark: asyncio.Future[bool] = self.loop.create_future()
-        self.marks.append((mark, time.monotonic()))
+        self.marks.append((mark, time.monotonic(), leased._coords[:2]))
         return await mark
 
     # -- the group's callbacks and the commits --------------------------------------------------
@@ -189,20 +196,23 @@ class JobConsumer:
         elif error is not None:
             # e.g. a rebalance moving the generation: asked again at the next turn, for a while
             now = time.monotonic()
-            waiting = [(m, at) for m, at in marks if now - at < MARK_PATIENCE]
+            waiting = [m for m in marks if now - m[1] < MARK_PATIENCE]
             if waiting:
                 self.marks[:0] = waiting
-            marks = [(m, at) for m, at in marks if now - at >= MARK_PATIENCE]
+            marks = [m for m in marks if now - m[1] >= MARK_PATIENCE]
             if marks:
                 log.warning("done marks not committed (%s): their reports go anyway", error)
         loop = self.loop
         if loop is None or loop.is_closed() or not marks:
             return
+        # a mark whose partition was forgotten meanwhile (lost, or given up) was not committed by
+        # this member: the partition's new owner reads the job again, and reports it
+        settled = [(mark, go and self.tracker.tracks(*tp)) for mark, _, tp in marks]
 
         def settle() -> None:
-            for mark, _ in marks:
+            for mark, going in settled:
                 if not mark.done():
-                    mark.set_result(go)
+                    mark.set_result(going)
 
         loop.call_soon_threadsafe(settle)
 

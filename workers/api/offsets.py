@@ -42,14 +42,22 @@ class OffsetTracker:
             self._open[(topic, partition)].add(offset)
             self._next[(topic, partition)] = max(self._next.get((topic, partition), 0), offset + 1)
 
-    def finished(self, topic: str, partition: int, offset: int) -> None:
+    def finished(self, topic: str, partition: int, offset: int) -> bool:
+        """The job at ``offset`` is over here; False: it is not this incarnation's (its partition
+        was forgotten meanwhile: revoked or lost), and nothing is noted."""
         with self._lock:
             key = (topic, partition)
             opened = self._open.get(key)
             if opened is None or offset not in opened:
-                return  # not this incarnation's (its partition was forgotten meanwhile)
+                return False
             opened.discard(offset)
             self._finished[key].add(offset)
+            return True
+
+    def tracks(self, topic: str, partition: int) -> bool:
+        """Whether the partition is this incarnation's (consumed from, and not forgotten since)."""
+        with self._lock:
+            return (topic, partition) in self._next
 
     def open_count(self, tps: set[Tp] | None = None) -> int:
         with self._lock:
