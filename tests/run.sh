@@ -21,11 +21,12 @@ if [ "$#" -gt 0 ]; then  # a selection: one pytest run
   exec .venv/bin/python -m pytest -q --durations=30 "$@"
 fi
 # Everything, in two groups at once (each with its own local Kafka broker): the unit tests and the
-# CPU-bound programs (benchmark smoke runs, Scrapy, the URLFrontier suite), and the other
+# CPU-bound programs (benchmark smoke runs, Scrapy, the URLFrontier suite, the three-minute retry
+# crawl), and the other
 # integration tests. CI must stay under 30 minutes; one group alone took 25 (2 cores).
 logs=$(mktemp -d)
 SLOW=(tests/integration/test_benchmarks.py tests/integration/test_scrapy.py tests/integration/test_scrapy_edges.py
-      tests/integration/test_urlfrontier.py)
+      tests/integration/test_urlfrontier.py tests/integration/test_retries.py)
 # the tests most sensitive to a loaded machine (rates reached, freezes) run last, once the first
 # group (about 10 minutes) is over
 LAST=(tests/integration/test_throttling.py tests/integration/test_pauses.py)

@@ -1,5 +1,6 @@
 """PartitionFrontier contract tests, run against both the in-memory and the RocksDB store."""
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -105,17 +106,47 @@ def test_fifo_within_priority(kv: KV) -> None:
     assert got == urls
 
 
-def test_retry_requeues_with_attempt_and_stops_when_exhausted(kv: KV) -> None:
+def test_retry_of_a_url_failing_alone_counts_and_stops_when_exhausted(kv: KV) -> None:
+    """x fails (503) while its host answers y: x's failure is its own, and counts."""
     f = make(kv)
-    f.ingest(items("http://fast.test/x"), 0.0)
-    job = f.dispatch(0.0).jobs[0]
-    assert job.retries_left == 1
+    f.ingest(items("http://fast.test/x", "http://fast.test/y"), 0.0)
+    job, other = f.dispatch(0.0).jobs  # (concurrency 2)
+    assert job.item.url == "http://fast.test/x" and job.retries_left == 1
     f.feedback(fb(job, outcome="retry", status=503, sent_at=0.0), 0.1)
     assert f.dispatch(0.2).jobs == []  # the 503 started a backoff of 1 s
-    job2 = f.dispatch(1.0).jobs[0]
+    f.feedback(fb(other, sent_at=0.0), 0.3)  # the host answers y: its failing run is over
+    job2 = next(j for t in (2.0, 3.0, 5.0) for j in f.dispatch(t).jobs)
     assert job2.item.url == "http://fast.test/x" and job2.item.attempts == 1 and job2.retries_left == 0
-    f.feedback(fb(job2, outcome="fetched", status=503, sent_at=1.0), 1.1)
-    assert f.dispatch(10.0).jobs == [] and f.stats.retried == 1 and f.stats.completed == 1
+    f.feedback(fb(job2, outcome="fetched", status=503, sent_at=5.0), 5.1)
+    assert f.dispatch(20.0).jobs == [] and f.stats.retried == 1 and f.stats.completed == 2
+
+
+def test_a_host_failing_as_a_whole_keeps_its_urls_until_retry_give_up(kv: KV) -> None:
+    """Issue 23: a site that resets its first connections lost its root after 5 tries in 18 s.
+    While the whole host fails, its URLs' failures do not count (max_retries 1 here): they are
+    retried at the host's outage probing, until the host has failed for retry_give_up (100 s)."""
+    f = PartitionFrontier(0, kv, replace(SETTINGS, retry_give_up=100.0), THROTTLE, Log())
+    f.ingest(items("http://down.test/x"), 0.0)
+    now, jobs = 0.0, []
+    while now < 400 and (not jobs or jobs[-1].retries_left > 0):
+        for job in f.dispatch(now).jobs:
+            jobs.append(job)
+            f.feedback(_failed(job, now), now + 0.1)
+        nxt = f.next_wakeup()
+        now = max(now + 0.2, nxt if nxt is not None else now + 1)
+    assert len(jobs) > 4  # far more than max_retries + 1 tries
+    assert {j.item.attempts for j in jobs[1:]} == {1}  # only the first failure counted
+    assert all(j.retries_left >= 1 for j in jobs[:-1]) and jobs[-1].retries_left == 0
+    assert jobs[-2].not_before - jobs[0].not_before < 100 <= jobs[-1].not_before - jobs[0].not_before
+    gaps = [b.not_before - a.not_before for a, b in itertools.pairwise(jobs)]
+    assert gaps[1] > gaps[0] and max(gaps) <= THROTTLE.default.backoff.trouble_max + 1  # the outage probing
+
+
+def _failed(job: Job, now: float) -> Feedback:
+    """A connection reset: retried while the job may ask for it, else its end."""
+    i = job.item
+    return Feedback(lease=job.lease, host=i.host, domain=i.domain, url=i.url,
+                    outcome="retry" if job.retries_left else "error", error="connect", sent_at=now)  # fmt: skip
 
 
 def test_expired_job_goes_back_to_the_front(kv: KV) -> None:

@@ -3,6 +3,7 @@
 THROTTLING.md cases 21-22 (several scopes per job) live here, where jobs meet scopes.
 """
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -166,7 +167,7 @@ def test_robots_without_a_usable_answer_disallows_all_and_retries(status: int, e
 def test_unreachable_robots_is_retried_less_and_less_then_its_urls_end_with_an_error() -> None:
     """A dead host: robots.txt retries double (60 s, 120 s, ... up to 6 h), and after a day of
     failures the queued URLs are reported with a final error instead of waiting forever."""
-    f = frontier({}, ROBOTS, POLITE)
+    f = frontier({}, replace(ROBOTS, robots_retry_max=6 * 3600.0), POLITE)
     f.ingest([item(f"http://dead.test/{n}") for n in range(100)], 0.0)
     now, robots_fetches, ended = 0.0, 0, []
     while now < 7 * 86400 and len(ended) < 100:
@@ -183,6 +184,52 @@ def test_unreachable_robots_is_retried_less_and_less_then_its_urls_end_with_an_e
     assert len(ended) == 100 and all(p.outcome == "error" and "robots.txt unreachable" in p.error for p in ended)
     assert robots_fetches < 30  # doubling from 60 s to 6 h: about 12 attempts in the first day
     assert 86400 <= ended[0].fetched_at < 86400 + 6 * 3600 + 60
+
+
+def test_robots_txt_answered_429_is_fetched_again_after_its_retry_after() -> None:
+    """Issue 23: a robots.txt answered 429 with Retry-After: 2 was fetched again 60 s later, then
+    120 s later. With the defaults it is fetched again once its Retry-After has passed (and at the
+    host's pace), never before."""
+    f = frontier({}, replace(NO_ROBOTS, robots_obey=True), POLITE)
+    f.ingest([item("http://busy.test/a")], 0.0)
+    now, robots_at, page_at = 0.0, [], None
+    while now < 120 and page_at is None:
+        for job in f.dispatch(now).jobs:
+            if job.kind == "robots":
+                robots_at.append(now)
+                if len(robots_at) <= 2:
+                    f.feedback(Feedback(lease=job.lease, host="busy.test", domain="busy.test", url=job.item.url,
+                                        outcome="fetched", status=429, headers={"retry-after": "2"}, sent_at=now),
+                               now + 0.05)  # fmt: skip
+                else:
+                    done(f, job, now + 0.05, status=404)
+            else:
+                page_at = now
+        nxt = f.next_wakeup()
+        now = max(now + 0.05, nxt if nxt is not None else now + 1)
+    assert len(robots_at) == 3 and page_at is not None
+    gaps = [b - a for a, b in itertools.pairwise(robots_at)]
+    assert all(2.0 <= g < 4.0 for g in gaps), gaps  # after the Retry-After, not a minute later
+    assert page_at - robots_at[-1] < 4.0
+
+
+def test_robots_txt_unreachable_is_retried_at_growing_intervals_from_a_second() -> None:
+    """The defaults: robots_retry 1 s doubling to robots_retry_max 60 s, as the host's outage
+    probing (a site that resets its first eight connections is reached within about two minutes,
+    a dead one probed once a minute)."""
+    f = frontier({}, replace(NO_ROBOTS, robots_obey=True), POLITE)
+    f.ingest([item("http://reset.test/a")], 0.0)
+    now, robots_at = 0.0, []
+    while now < 3600:
+        for job in f.dispatch(now).jobs:
+            assert job.kind == "robots"
+            robots_at.append(now)
+            done(f, job, now + 0.05, error="connect")
+        nxt = f.next_wakeup()
+        now = max(now + 0.05, nxt if nxt is not None else now + 1)
+    gaps = [b - a for a, b in itertools.pairwise(robots_at)]
+    assert gaps[0] < 3 and sum(gaps[:8]) < 200  # eight resets: through within minutes
+    assert 55 < max(gaps) < 70 and len(robots_at) < 70
 
 
 def test_robots_txt_is_per_origin() -> None:

@@ -154,14 +154,15 @@ class FrontierConfig:
     job_ttl: float = 30.0  # a job not picked up within this many seconds is returned unfetched
     fetch_timeout: float = 20.0  # what a worker may spend on one fetch
     lease_grace: float = 10.0  # extra time before a silent lease is presumed lost
-    max_retries: int = 4  # re-fetches after a network error, 429 or 5xx
+    max_retries: int = 4  # re-fetches of a URL failing (network, 429, backoff 5xx) while its host answers others
+    retry_give_up: float = 6 * 3600.0  # while its whole host fails, its URLs are retried until it failed this long
     max_inflight: int = 2000  # jobs in flight per partition (bounds worker lag)
     standby_replicas: int = 0  # 1: keep a warm copy of every partition this instance does not own
     dispatch_lead: float = 0.1  # send a job this much before its slot; the worker holds it until not_before
     robots_obey: bool = True  # fetch robots.txt before a host's first page and obey it
     robots_ttl: float = 86400.0  # seconds a fetched robots.txt stays valid
-    robots_retry: float = 60.0  # robots.txt without an answer (5xx, 429, network, TLS): first retry after this
-    robots_retry_max: float = 6 * 3600.0  # ...doubling per failure up to this
+    robots_retry: float = 1.0  # robots.txt without an answer (5xx, 429, network, TLS): first retry after this
+    robots_retry_max: float = 60.0  # ...doubling up to this (as the host's outage probing); not before a Retry-After
     robots_give_up: float = 86400.0  # unreachable this long: the origin's URLs end with an error page (<= 30 days)
     debug_throttle: bool = False  # log every delay change of every scope with its cause
     status_interval: float = 2.0  # seconds between status snapshots on crawl.frontier.status
@@ -181,6 +182,7 @@ FRONTIER_RANGES = {
     "fetch_timeout": Range(0, 3600, lo_open=True),
     "lease_grace": Range(0, 3600, lo_open=True),
     "max_retries": Range(0, 100, integer=True),
+    "retry_give_up": Range(0, 30 * DAY),
     "max_inflight": Range(1, 1_000_000, integer=True),
     "standby_replicas": Range(0, 1, integer=True),
     "dispatch_lead": Range(0, 60),

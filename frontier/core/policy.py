@@ -242,6 +242,11 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
         else:
             state = rep(state, at_delay=new)
     trigger = ev.status in s.backoff.codes or ev.error in NETWORK_ERRORS
+    # the host's failing run (frontier.core.retries): begun by a failure, ended by any answer
+    if trigger and state.failing_since < 0:
+        state = rep(state, failing_since=now)
+    elif not trigger and ev.status and not ev.error and state.failing_since >= 0:
+        state = rep(state, failing_since=-1.0)
     # Hard gates: Retry-After (trigger responses only) or RateLimit remaining=0.
     gate = gate_seconds(ev.status, ev.headers, trigger, now)
     rl = ratelimit(ev.headers, now)

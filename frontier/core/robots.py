@@ -32,6 +32,7 @@ class RobotsRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     error: str = ""  # the fetch's error kind, if any
     failures: int = 0  # consecutive unavailable answers, this one included (0 when available)
     failing_since: float = 0.0  # when the first of those failures came in
+    retry_at: float = 0.0  # not fetched again before this (the failure's Retry-After)
     redirect: str = ""  # a 3xx on the way: the next hop to fetch (one throttled job per hop)
     hops: int = 0  # redirects followed so far
 

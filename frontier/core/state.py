@@ -50,6 +50,7 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     cause: str = ""  # why the delay last changed, for people
     cause_kind: Cause = Cause.NONE  # ...and its class, for code (metrics, status)
     sent_total: int = 0  # requests sent, ever (for request rates in status and charts)
+    failing_since: float = -1.0  # when the current run of failures began (network, 429, backoff 5xx); < 0: answering
 
 
 class Sent(msgspec.Struct, frozen=True):

@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from frontier.core import policy
+from frontier.core.retries import in_outage, retries_left
 from frontier.core.robots import origin
 from frontier.partition.keys import lease_key, queue_id, scope_queue
 from frontier.partition.records import REPORT_KINDS, Dispatch, Lease, Report, encoder, lease_dec, lease_raw_dec
@@ -81,9 +82,13 @@ class Leases(Robots, Revisits):
             "min_gap": policy.delay(host_state, host_settings),
             "floor": policy.floor(host_state, host_settings),
             "timeout": self.settings.fetch_timeout,
-            "retries_left": max(0, self.settings.max_retries - item.attempts) if kind == "page" else 0,
+            "retries_left": self._retries_left(item, host_state, now) if kind == "page" else 0,
         }
         out.add(Job(item=item, **terms), EncodedJob(item=msgspec.Raw(raw), **terms))
+
+    def _retries_left(self, item: UrlItem, host: policy.ScopeState, now: float) -> int:
+        s = self.settings
+        return retries_left(item.attempts, s.max_retries, host.failing_since, now, s.retry_give_up)
 
     def feedback(self, fb: Feedback, now: float) -> bool:
         """Apply one worker result; return False for stale feedback (lease already closed)."""
@@ -111,7 +116,9 @@ class Leases(Robots, Revisits):
             self._enqueue(lease.qkey, item, now)  # back to where it was
             self.stats.returned += 1
         elif fb.outcome == "retry":
-            retry = msgspec.structs.replace(item, attempts=item.attempts + 1)
+            # a failure while the whole host was already failing is the host's, not the URL's
+            counted = not in_outage(self._state(lease.scopes[0]).failing_since, lease.dispatched_at)
+            retry = msgspec.structs.replace(item, attempts=item.attempts + int(counted))
             self._enqueue(self._qkey(queue_id(lease.scopes, item.crawl), retry, now), retry, now)
             self.stats.retried += 1
         else:

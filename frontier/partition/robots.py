@@ -9,6 +9,7 @@ from __future__ import annotations
 from urllib.parse import urljoin
 
 from frontier.core import policy
+from frontier.core.headers import retry_after
 from frontier.core.robots import RobotsRecord, Rules, retry_after_failures
 from frontier.partition.keys import robots_key
 from frontier.partition.records import encoder, robots_dec
@@ -50,7 +51,7 @@ class Robots(Scopes):
         if not rules.unavailable:
             return rec.fetched_at + self.settings.robots_ttl
         retry, most = self.settings.robots_retry, max(self.settings.robots_retry, self.settings.robots_retry_max)
-        return rec.fetched_at + retry_after_failures(rec.failures, retry, most)
+        return max(rec.fetched_at + retry_after_failures(rec.failures, retry, most), rec.retry_at)
 
     def _robots_given_up(self, rules: Rules) -> bool:
         rec = rules.record
@@ -73,6 +74,9 @@ class Robots(Scopes):
             failing = before is not None and before.failures > 0
             record.failures = before.failures + 1 if failing and before else 1
             record.failing_since = before.failing_since if failing and before else now
+            wait = retry_after(fb.headers.get("retry-after"), now, fb.headers.get("date"))
+            if wait is not None:  # the server said when (a 429 or 503): not before, and not long after
+                record.retry_at = now + min(wait, self.settings.robots_give_up)
         self._put(robots_key(site), encoder.encode(record))
         self._rules[site] = rules
         self._rules.move_to_end(site)
