@@ -122,8 +122,10 @@ def test_hostile_servers_end_in_clear_error_kinds(bootstrap: str, tmp_path: Path
                   "garbage_retry_after": garbage_retry_after, "tls": ok}  # fmt: skip
     fleet = HostileFleet(behaviours, tls={"tls"}).start()
     stack = Stack(bootstrap, tmp_path / "stack", partitions=2,
-                  # robots.txt over TLS fails too: disallow, retry after 1 s, give up after 3 s (not a day)
-                  frontier={"fetch_timeout": 1.5, "max_retries": 1, "robots_retry": 1.0, "robots_give_up": 3.0},
+                  # robots.txt over TLS fails too: disallow, retry after 1 s, give up after 3 s (not a day);
+                  # a host failing as a whole is given 5 s (not 6 h) before its URL ends
+                  frontier={"fetch_timeout": 1.5, "max_retries": 1, "robots_retry": 1.0, "robots_give_up": 3.0,
+                            "retry_give_up": 5.0},
                   throttle={"delay": 0.1, "autothrottle": {"start_delay": 0}, "backoff": {"min_delay": 1.0}},
                   worker={"allow_networks": ["127.0.0.0/8"], "max_body_bytes": 1_000_000})  # fmt: skip
     reader = None
