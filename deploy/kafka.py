@@ -123,10 +123,17 @@ class LocalKafka:
     replication: int = 1
     sasl_port: int = 0  # > 0: also listen with SASL_PLAINTEXT (mechanism PLAIN) for ``sasl_users``
     sasl_users: dict[str, str] = field(default_factory=dict)
+    # in a network namespace (the cluster harness, tests/cluster): the node runs there (``ip netns
+    # exec``), its client listener binds ``host``, its controller listener ``controller_host``, and
+    # clients are told ``advertised`` (host:port; e.g. a proxy in front of the node)
+    netns: str = ""
+    host: str = "127.0.0.1"
+    controller_host: str = ""
+    advertised: str = ""
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return self.advertised or f"{self.host}:{self.port}"
 
     @property
     def pid_file(self) -> Path:
@@ -134,16 +141,19 @@ class LocalKafka:
 
     def _properties(self, data: Path) -> str:
         r, isr = self.replication, min(2, self.replication)
+        chost = self.controller_host or self.host
         quorum = (
             f"controller.quorum.voters={self.voters}"
             if self.voters
-            else f"controller.quorum.bootstrap.servers=127.0.0.1:{self.controller_port}"
+            else f"controller.quorum.bootstrap.servers={chost}:{self.controller_port}"
         )
-        listeners = f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}"
+        listeners = f"PLAINTEXT://{self.host}:{self.port},CONTROLLER://{chost}:{self.controller_port}"
+        advertised = f"PLAINTEXT://{self.bootstrap},CONTROLLER://{chost}:{self.controller_port}"
         protocols = "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
         sasl: list[str] = []
         if self.sasl_port:
-            listeners += f",SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}"
+            listeners += f",SASL_PLAINTEXT://{self.host}:{self.sasl_port}"
+            advertised += f",SASL_PLAINTEXT://{self.host}:{self.sasl_port}"
             protocols += ",SASL_PLAINTEXT:SASL_PLAINTEXT"
             users = " ".join(f'user_{u}="{pw}"' for u, pw in self.sasl_users.items())
             sasl = [
@@ -156,7 +166,7 @@ class LocalKafka:
             f"node.id={self.node_id}",
             quorum,
             f"listeners={listeners}",
-            f"advertised.listeners={listeners}",
+            f"advertised.listeners={advertised}",
             "inter.broker.listener.name=PLAINTEXT",
             "controller.listener.names=CONTROLLER",
             f"listener.security.protocol.map={protocols}",
@@ -202,8 +212,8 @@ class LocalKafka:
         """Launch the node (formatting its storage on first use); None if it already runs."""
         if self.running_pid() is not None:
             return None
-        for p in (self.port, self.controller_port):
-            if port_open(p):
+        for p in (self.port, self.controller_port) if not self.netns else ():  # (a namespace starts empty)
+            if port_open(p, self.host):
                 raise KafkaError(f"port {p} is already in use by another process")
         libs = libs_dir(self.version)
         self.home.mkdir(parents=True, exist_ok=True)
@@ -226,6 +236,8 @@ class LocalKafka:
             if fmt.returncode != 0:
                 raise KafkaError(f"storage format failed: {fmt.stdout}{fmt.stderr}")
         cmd = [java, "-Xms256m", f"-Xmx{self.heap}", *JVM_FLAGS, *base[1:], "kafka.Kafka", str(props)]
+        if self.netns:
+            cmd = ["ip", "netns", "exec", self.netns, *cmd]
         with open(logs / "stdout.log", "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         self.pid_file.write_text(str(proc.pid))
@@ -240,9 +252,10 @@ class LocalKafka:
             if proc is not None and proc.poll() is not None:
                 tail = (self.home / "logs" / "stdout.log").read_text(errors="replace")[-3000:]
                 raise KafkaError(f"broker exited with code {proc.returncode}:\n{tail}")
-            if port_open(self.port):
+            if self.netns or port_open(self.port, self.host):
                 try:
-                    md = AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
+                    # (quiet: refused connections are expected until the node listens)
+                    md = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": "0"}).list_topics(timeout=2)
                     if md.brokers:
                         return
                 except Exception:  # noqa: BLE001 - not ready yet; keep polling until the deadline

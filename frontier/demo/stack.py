@@ -80,6 +80,8 @@ class Stack:
     worker: dict[str, Any] = field(default_factory=lambda: {"allow_networks": ["127.0.0.0/8"]})
     urlfrontier: dict[str, Any] = field(default_factory=dict)  # the URLFrontier gateway's section
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    # process name -> the network namespace it runs in (``ip netns exec``; the cluster harness)
+    netns: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -113,6 +115,8 @@ class Stack:
         log = open(self.workdir / f"{name}.log", "ab")  # the child owns it
         run = [module] if module.endswith(".py") else ["-m", module]
         cmd = [sys.executable, *run, "--config", str(self.config_path), *args]
+        if name in self.netns:
+            cmd = ["ip", "netns", "exec", self.netns[name], *cmd]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**MALLOC_ENV, **os.environ, **(env or {})},
                                 preexec_fn=_die_with_parent)  # fmt: skip
