@@ -27,14 +27,17 @@ fi
 logs=$(mktemp -d)
 SLOW=(tests/integration/test_benchmarks.py tests/integration/test_scrapy.py tests/integration/test_scrapy_edges.py
       tests/integration/test_urlfrontier.py tests/integration/test_retries.py)
+# the cluster on one machine (network namespaces, as root): first in its group, so that it is over
+# before the rate and freeze tests of the other group begin
+CLUSTER=(tests/integration/test_cluster.py)
 # the tests most sensitive to a loaded machine (rates reached, freezes) run last, once the first
 # group (about 10 minutes) is over
 LAST=(tests/integration/test_throttling.py tests/integration/test_pauses.py)
 rest=()
 for f in tests/integration/test_*.py; do
-  case " ${SLOW[*]} ${LAST[*]} " in *" $f "*) ;; *) rest+=("$f") ;; esac
+  case " ${SLOW[*]} ${LAST[*]} ${CLUSTER[*]} " in *" $f "*) ;; *) rest+=("$f") ;; esac
 done
-.venv/bin/python -m pytest -q --durations=20 -p no:cacheprovider tests/test_*.py "${SLOW[@]}" \
+.venv/bin/python -m pytest -q --durations=20 -p no:cacheprovider "${CLUSTER[@]}" tests/test_*.py "${SLOW[@]}" \
   >"$logs/a.log" 2>&1 &
 a=$!
 .venv/bin/python -m pytest -q --durations=30 -p no:cacheprovider "${rest[@]}" "${LAST[@]}" >"$logs/b.log" 2>&1 &

@@ -114,6 +114,7 @@ class Cluster:
     frontiers: int = 2
     workers: int = 2
     heap: str = "512m"
+    proxied: bool = True  # brokers behind a proxy (link faults possible); False: clients reach them directly
     tag: str = field(default_factory=lambda: f"cf{os.getpid()}x{uuid.uuid4().hex[:3]}")
     nodes: dict[str, Node] = field(default_factory=dict)
     kafka: list[LocalKafka] = field(default_factory=list)
@@ -176,11 +177,13 @@ class Cluster:
         cid = _cluster_id()
         for i in range(1, self.brokers + 1):
             node = self.nodes[f"k{i}"]
-            self._proxy(node.role, node.ns, [(f"{node.addr}:{BROKER_PORT}", f"127.0.0.1:{BROKER_PORT}")])
+            if self.proxied:
+                self._proxy(node.role, node.ns, [(f"{node.addr}:{BROKER_PORT}", f"127.0.0.1:{BROKER_PORT}")])
             self.kafka.append(LocalKafka(
                 home=self.workdir / f"kafka-{i}", port=BROKER_PORT, controller_port=CONTROLLER_PORT, heap=self.heap,
                 node_id=i, voters=voters, cluster_id=cid, replication=min(3, self.brokers), netns=node.ns,
-                host="127.0.0.1", controller_host=node.addr, advertised=f"{node.addr}:{BROKER_PORT}",
+                host="127.0.0.1" if self.proxied else node.addr, controller_host=node.addr,
+                advertised=f"{node.addr}:{BROKER_PORT}",
             ))  # fmt: skip
         procs = [k.start() for k in self.kafka]
         for k, proc in zip(self.kafka, procs, strict=True):
