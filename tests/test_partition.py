@@ -149,6 +149,23 @@ def _failed(job: Job, now: float) -> Feedback:
                     outcome="retry" if job.retries_left else "error", error="connect", sent_at=now)  # fmt: skip
 
 
+def test_a_late_signal_keeps_the_lease_and_moves_the_next_send(kv: KV) -> None:
+    """A worker that lost the job's partition before its done mark sends the fetch as a late
+    signal (the lease id with "~late"): the lease stays open for the job's new owner, and the
+    host's next send is timed from the signal's send time (delay 1 s)."""
+    from workers.api.reporting import LATE_SUFFIX
+
+    f = make(kv)
+    f.ingest(items("http://a.test/1", "http://a.test/2"), 0.0)
+    job = f.dispatch(0.0).jobs[0]
+    late = fb(job, sent_at=5.0)
+    late.lease = job.lease + LATE_SUFFIX
+    assert f.feedback(late, 5.1) is False and f.inflight == 1  # stale for the lease: it stays open
+    assert f.feedback(fb(job, sent_at=5.0), 5.2) is True  # the new owner's report closes it
+    assert f.dispatch(5.5).jobs == []  # within a second of the real send at 5.0
+    assert [j.item.url for j in f.dispatch(6.0).jobs] == ["http://a.test/2"]
+
+
 def test_expired_job_goes_back_to_the_front(kv: KV) -> None:
     f = make(kv)
     f.ingest(items("http://a.test/1", "http://a.test/2"), 0.0)

@@ -14,6 +14,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from tests.test_worker_jobs import FakeProducer, Site, make_job, make_worker, message, poll, session, site, start
 from workers.api.membership import Membership
+from workers.api.reporting import LATE_SUFFIX
 
 __all__ = ["session", "site"]  # the fixtures, imported for these tests
 
@@ -182,7 +183,7 @@ async def test_a_jobs_done_mark_is_committed_before_its_report_goes_out(
     assert [fb.outcome for fb in producer.feedback()] == ["fetched"] and len(producer.pages()) == 1
 
 
-async def test_a_mark_refused_as_from_an_expired_member_reports_nothing(
+async def test_a_mark_refused_as_from_an_expired_member_publishes_no_page(
     site: Site, session: aiohttp.ClientSession
 ) -> None:
     site.routes["/e"] = (200, {}, b"e")
@@ -195,7 +196,8 @@ async def test_a_mark_refused_as_from_an_expired_member_reports_nothing(
     worker.jobs.consuming.commit_marks(consumer)
     await poll(task.done, 5, "the job to end")
     await worker.jobs.publisher.settled()
-    assert site.hits == ["/e"] and producer.records == []  # its new owner reports it, not this worker
+    assert site.hits == ["/e"] and producer.pages() == []  # its new owner reports it, not this worker
+    assert [fb.lease for fb in producer.feedback()] == [f"L1{LATE_SUFFIX}"]  # a late signal only
     assert worker.jobs.membership.owns(TP) is False
 
 
@@ -226,20 +228,25 @@ async def test_a_request_on_its_way_when_the_partition_is_lost_is_not_reported(
 ) -> None:
     """A process frozen past its session with a request on its way (CI: a page published twice):
     at the thaw the group tells it the assignment is lost, then the response ends. The partition's
-    new owner has read the job again and reports it; this worker reports nothing and commits
-    nothing of that partition."""
+    new owner has read the job again and reports it; this worker publishes no page and commits
+    nothing of that partition, and only a late signal goes out (a lease id no lease has), so the
+    request's send time still reaches the host's throttling."""
     clock, producer = Clock(), FakeProducer()
     worker = worker_with(clock, producer)
     consumer = RecordingConsumer(producer)
     worker.jobs.consuming.consumer = consumer
-    task = start(worker, session, message(make_job(site.url("/hold")), offset=7))
+    held = make_job(site.url("/hold"))
+    job_lease = held.lease
+    task = start(worker, session, message(held, offset=7))
     await poll(lambda: site.hits == ["/hold"], 5, "the request to be sent")
     worker.jobs.consuming.lose({TP}, "the group's assignment was lost")  # on_lost, at the thaw
     site.release.set()  # then the response ends
     await poll(task.done, 5, "the job to end")
     worker.jobs.consuming.commit_marks(consumer)
     await worker.jobs.publisher.settled()
-    assert producer.records == [] and worker.jobs.consuming.marks == [] and consumer.commits == []
+    assert producer.pages() == [] and worker.jobs.consuming.marks == [] and consumer.commits == []
+    [late] = producer.feedback()
+    assert late.lease.endswith(LATE_SUFFIX) and late.lease != job_lease and late.sent_at > 0 and late.status == 200
 
 
 async def test_a_mark_whose_partition_is_lost_before_its_commit_reports_nothing(
@@ -260,5 +267,5 @@ async def test_a_mark_whose_partition_is_lost_before_its_commit_reports_nothing(
     worker.jobs.consuming.commit_marks(consumer)
     await poll(task.done, 5, "the job to end")
     await worker.jobs.publisher.settled()
-    assert site.hits == ["/g"] and producer.records == []
+    assert site.hits == ["/g"] and producer.pages() == [] and [fb.lease[-5:] for fb in producer.feedback()] == ["~late"]
     assert consumer.commits == [([(2, None)], 0)]  # the other partition's point only

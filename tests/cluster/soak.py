@@ -50,7 +50,7 @@ KINDS: dict[str, tuple[Limits, float]] = {
     "latency": (Limits("latency"), 3.0),
     "daily_quota": (Limits("daily_quota", quota=40, window=20.0), 2.0),
 }
-SHARE = 0.5  # of what each site allows, over the soak: faults slow the crawl, and it must end
+SHARE = 0.8  # of what each site allows, over the soak: faults slow the crawl, and it must end
 
 
 @dataclass

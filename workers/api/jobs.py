@@ -458,16 +458,24 @@ class Jobs:
 
     # -- the ways a job ends here ------------------------------------------------------------------
     async def _report(self, leased: LeasedJob, outcome: Outcome) -> None:
-        """Publish a job's outcome (fetched, or an error)."""
+        """Publish a job's outcome (fetched, or an error). Not this worker's to report any more
+        (its partition went to another worker meanwhile): the request still went out, so what the
+        server said reaches the host's throttling as a late result (no page, no lease closed)."""
         leased.reported = True
-        await self._concluding(leased, lambda: self.reporter.report(leased, outcome))
+        await self._concluding(leased, lambda: self.reporter.report(leased, outcome),
+                               otherwise=lambda: self.reporter.report_late(leased, outcome))  # fmt: skip
 
     async def _back(self, leased: LeasedJob) -> None:
         """Hand the job back unfetched (feedback ``expired``): the frontier queues it again."""
         leased.reported = True
         await self._concluding(leased, lambda: self.reporter.report_back(leased))
 
-    async def _concluding(self, leased: LeasedJob, publish: Callable[[], Awaitable[None]]) -> None:
+    async def _concluding(
+        self,
+        leased: LeasedJob,
+        publish: Callable[[], Awaitable[None]],
+        otherwise: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """A report, in the protocol's order: the job's slot and gate given back, its offset
         committed as done (not: the group refused the mark, the partition is another worker's now,
         and nothing is reported here), then ``publish``; whatever happens, the job is over here."""
@@ -475,6 +483,8 @@ class Jobs:
         try:
             if await self.mark_done(leased):
                 await publish()
+            elif otherwise is not None:
+                await otherwise()
         finally:
             self._done(leased)
 

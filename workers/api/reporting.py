@@ -28,6 +28,8 @@ from workers.api.outcome import BackoffCodes, is_retryable, throttle_headers
 from workers.api.publishing import Publisher
 
 log = logging.getLogger("worker")
+# a late signal's lease id: the job's, with this suffix (no lease has it: the frontier applies it as late)
+LATE_SUFFIX = "~late"
 
 
 class Reporter:
@@ -64,6 +66,20 @@ class Reporter:
         self.fetched += 1
         self.metrics.observe(job.kind, "error" if outcome.error else "fetched", outcome.status, outcome.latency)
         await self._conclude(leased, outcome)
+
+    async def report_late(self, leased: LeasedJob, outcome: Outcome) -> None:
+        """A fetch whose job is another worker's now (its partition moved before the done mark
+        was committed): no page, and a feedback the frontier takes as late (a lease id no lease
+        has): it closes nothing, but the send time and the server's signals reach the host's
+        scopes, so the job's next send keeps its distance from this one."""
+        if not outcome.sent_at:
+            return
+        fb = self._feedback(leased, outcome, "error" if outcome.error else "fetched")
+        fb.lease = f"{fb.lease}{LATE_SUFFIX}"
+        try:
+            await self.publisher.report(fb)
+        except Exception as exc:  # noqa: BLE001 - a signal only: the job's new owner reports it
+            log.warning("late signal for %s not sent: %s", leased.item.url[:200], exc)
 
     async def report_skip(self, leased: LeasedJob, reason: str) -> None:
         """Declined without a request: a ``skipped`` page, acknowledged, then the feedback."""
