@@ -252,7 +252,7 @@ def test_slow_lossy_links_everywhere(tmp_path: Path) -> None:
     """50 ms ± 20 ms on every link (each way, every broker's and every site's) and 1 % of new
     connections reset, for a whole crawl: it completes, politely, nothing lost or published twice."""
     started = time.monotonic()
-    with crawling(tmp_path, first_octet=201, pages=60, frontiers=1) as crawl:
+    with crawling(tmp_path, first_octet=201, pages=45, frontiers=1) as crawl:
         begun = time.time()
         crawl.cluster.every_link(delay=0.05, jitter=0.02, drop=0.01)
         crawl.during(FAULT)  # a first part of the crawl through the slow links; the rest below
