@@ -2,17 +2,19 @@
 following, body cap, and error kinds."""
 
 import asyncio
+import socket
 import time
 from collections.abc import AsyncIterator
 from email.utils import parsedate_to_datetime
 
 import aiohttp
 import pytest
+from aiohappyeyeballs import AddrInfoType
 from aiohttp import web
 
 from deploy.kafka import free_port
 from frontier.config import BACKOFF_CODES
-from workers.api.fetch import fetch, send_tracer
+from workers.api.fetch import bounded_sockets, fetch, send_tracer
 from workers.api.links import same_site_links
 from workers.api.outcome import is_retryable, throttle_headers
 
@@ -147,3 +149,20 @@ async def test_send_time_is_when_the_headers_left(server: str) -> None:
     async with aiohttp.ClientSession() as untraced:  # no tracer: the time before the request, no callback
         r = await fetch(untraced, f"{server}/ok", 5, 1_000_000, on_sent=times.append)
     assert r.status == 200 and len(times) == 1 and r.sent_at > 0
+
+
+async def test_the_built_in_fetchers_sockets_drop_what_stays_unacknowledged(server: str) -> None:
+    """Every connection the session makes carries the kernel's bound on unacknowledged bytes
+    (TCP_USER_TIMEOUT): a request reaches its server within it or never (what it prevents, a
+    request delivered when a dead link heals, is tests/integration/test_cluster.py's)."""
+    made: list[socket.socket] = []
+    factory = bounded_sockets(2.5)
+
+    def make(info: AddrInfoType) -> socket.socket:
+        made.append(factory(info))
+        return made[-1]
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(socket_factory=make)) as s:
+        r = await fetch(s, f"{server}/ok", 5.0, 1 << 20)
+        assert r.status == 200 and r.error == ""
+        assert made and all(m.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 2500 for m in made)

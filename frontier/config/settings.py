@@ -202,6 +202,10 @@ class WorkerConfig:
     max_body_bytes: int = 5 * 1024 * 1024
     user_agent: str = "kafka-crawl-frontier/0.1 (+https://example.invalid/bot)"
     max_redirects: int = 5
+    # a request whose bytes the server has not acknowledged (TCP) for this long is dropped by the
+    # kernel: it reaches the server within this time of leaving, or never (below the workers' 10 s
+    # group session, so before its job can go to another worker: workers/api/fetch.bounded_sockets)
+    unacked_timeout: float = 5.0
     block_private: bool = True  # refuse private/loopback/link-local/metadata addresses (after DNS)
     allow_networks: tuple[str, ...] = ()  # CIDRs allowed anyway, e.g. ["127.0.0.0/8"] for local tests
     metrics_port: int = 0  # Prometheus /metrics of this worker; 0 disables it
@@ -227,6 +231,7 @@ WORKER_RANGES = {
         1024, MAX_PAGE_BODY_BYTES, integer=True, why="a page with its headers must fit crawl.pages"
     ),
     "max_redirects": Range(0, 50, integer=True),
+    "unacked_timeout": Range(0, 9, lo_open=True, why="below the workers' group session (10 s)"),
     "metrics_port": PORT,
 }
 TOPICS_RANGES = {"partitions": Range(1, 10_000, integer=True), "replication": Range(1, 100, integer=True)}

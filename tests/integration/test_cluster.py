@@ -46,6 +46,7 @@ class Crawl:
     fleet: SiteFleet
     urls: list[str]
     pages: PageRecords
+    public: dict[str, str]  # site host -> its public address (behind the sites' proxy)
 
     def during(self, seconds: float, check: Callable[[], bool] | None = None) -> None:
         """Let the crawl run for ``seconds`` (collecting pages), ending early once ``check`` holds."""
@@ -64,6 +65,19 @@ class Crawl:
             self.during(FAULT)
         finally:
             self.cluster.heal(role)
+        return begun, time.time()
+
+    def cut_from_sites(self, role: str) -> tuple[float, float]:
+        """Namespace ``role`` cut off from every site (blackhole routes; Kafka still reachable, so a
+        worker keeps its jobs) for FAULT seconds, the crawl going on; when."""
+        begun = time.time()
+        for addr in self.public.values():
+            self.cluster.cut(role, addr)
+        try:
+            self.during(FAULT)
+        finally:
+            for addr in self.public.values():
+                self.cluster.uncut(role, addr)
         return begun, time.time()
 
     def left(self) -> int:
@@ -106,7 +120,7 @@ def crawling(tmp_path: Path, first_octet: int, pages: int = 150, frontiers: int 
         submit(stack, urls)
         records = PageRecords(stack)
         records.wait_for(40, timeout=120, what="the crawl to be under way")
-        yield Crawl(cluster, stack, fleet, urls, records)
+        yield Crawl(cluster, stack, fleet, urls, records, public)
     finally:
         if records is not None:
             records.close()
@@ -164,55 +178,26 @@ def test_frontier_instance_cut_from_its_group_coordinator(tmp_path: Path) -> Non
         assert not problems, "\n".join(problems)
 
 
-LANDING = 5.0  # seconds after a heal in which requests a cut-off worker had on its way may land
+def test_worker_partitioned_then_cut_from_the_sites(tmp_path: Path) -> None:
+    """Worker w1's namespace fully partitioned (its link down: it reaches neither Kafka nor the
+    sites) for longer than two session timeouts, mid-fetch: w2 takes its jobs over. Then w2 cut
+    off from every site (blackhole routes: it still reaches Kafka, so it keeps its jobs, and its
+    requests fail) as long. Nothing lost, published twice or turned into an error page (the
+    hosts' outage probing retries them); no host gets two requests within its delay, and no page
+    is fetched twice unless its request was in flight when a fault began.
 
-
-def landed_at_heal(fleet: SiteFleet, cut: Freeze, delay: float) -> tuple[list[str], int]:
-    """Refetches and requests closer than ``delay`` at the sites, except a refetch of a request
-    in flight when the ``cut`` began (its new owner sends it again), and those whose later request
-    arrived within LANDING seconds after the heal (a request the cut-off worker had sent into the
-    dead link: TCP delivers it once the link is back; a known limit, counted): the unexplained
-    ones, and how many were explained."""
-    heal = cut.end
-    unexplained, landed = [], 0
-    for site in fleet.sites:
-        hits = sorted((h for h in site.hits if h.path != "/robots.txt"), key=lambda h: h.start)
-        seen: dict[str, Hit] = {}
-        previous: Hit | None = None
-        for hit in hits:
-            odd = []
-            if hit.path in seen and not cut.in_flight(seen[hit.path]):
-                odd.append(f"{site.host}{hit.path} again {hit.start - seen[hit.path].start:.2f}s later")
-            if previous is not None and hit.start - previous.start < delay - 0.03:
-                odd.append(f"{site.host}: two requests {hit.start - previous.start:.3f}s apart")
-            if odd and heal <= hit.start <= heal + LANDING:
-                landed += len(odd)
-            else:
-                unexplained += [f"{o} (t{hit.start - heal:+.2f}s from the heal)" for o in odd]
-            seen[hit.path], previous = hit, hit
-    return unexplained, landed
-
-
-def test_worker_partitioned_loses_nothing(tmp_path: Path) -> None:
-    """A full partition of worker w1's namespace (its link down: it reaches neither Kafka nor the
-    sites) for longer than two session timeouts, mid-fetch. w2 takes its jobs over: nothing is
-    lost or published twice, no error pages; no host gets two requests within its delay and no
-    page is fetched twice, except by a request w1 had sent into the dead link, which lands at the
-    heal (counted; GUARANTEES.md, limits)."""
+    Requests sent into the dead links must not land when they heal: before the built-in fetcher's
+    sockets were bounded (``worker.unacked_timeout``), TCP delivered them then, after their jobs
+    were retried or taken over: 8 pairs of requests 0.05-0.45 s apart and 4-5 pages fetched
+    twice at the heal, in 2 runs of 2."""
     started = time.monotonic()
-    with crawling(tmp_path, first_octet=181) as crawl:
-        cut = Freeze("w1 partitioned", *crawl.partitioned("w1"), grace=1.0)
-        left = crawl.left()
-        crawl.pages.finish(crawl.urls, timeout=240, what="every URL after the worker partition")
-        odd, landed = landed_at_heal(crawl.fleet, cut, DELAY)
-        lost = sorted(set(crawl.urls) - set(crawl.pages.urls))
-        doubled = [u for u, n in Counter(crawl.pages.urls).items() if n > 1]
-        errors = [p.url for p in crawl.pages.records if p.outcome == "error"]
-        print(f"[worker partitioned] urls={len(crawl.urls)} lost={len(lost)} published_twice={len(doubled)} "
-              f"errors={len(errors)} odd_requests_unexplained={len(odd)} landed_at_heal={landed} "
-              f"urls_left_at_heal={left} took={time.monotonic() - started:.0f}s")  # fmt: skip
-        assert not lost and not doubled and not errors and not odd, (lost[:5], doubled[:5], errors[:5], odd[:5])
-        assert left > 0, "the crawl was over when the partition healed: the scenario was not exercised"
+    with crawling(tmp_path, first_octet=181, pages=200) as crawl:
+        partition = Freeze("w1 partitioned", *crawl.partitioned("w1"), grace=1.0)
+        crawl.during(10)
+        cut = Freeze("w2 cut from the sites", *crawl.cut_from_sites("w2"), grace=1.0)
+        problems = crawl.judged("a worker partitioned, then one cut from the sites", [partition, cut],
+                                crawl.left(), started)  # fmt: skip
+        assert not problems, "\n".join(problems)
 
 
 class AfterBrokerPartition(Freeze):

@@ -1,7 +1,8 @@
 """The built-in fetcher: aiohttp through :class:`~workers.api.safety.SafeConnector` (addresses checked
 at connect time, every redirect hop too), the request's send time taken when its headers leave,
 windows the host announces applied as soon as the response headers are in, bodies capped, no
-redirect followed and no request retried (only the frontier decides to send again).
+redirect followed and no request retried (only the frontier decides to send again), and no request
+delivered later than ``worker.unacked_timeout`` after it left (:func:`~workers.api.fetch.bounded_sockets`).
 
 Used by the project's worker for every job, and by the worker API for the kinds user code does
 not take (robots.txt).
@@ -14,7 +15,7 @@ import logging
 import aiohttp
 
 from frontier.config import Config
-from workers.api.fetch import fetch, send_tracer
+from workers.api.fetch import bounded_sockets, fetch, send_tracer
 from workers.api.leased import LeasedJob
 from workers.api.outcome import FetchResult
 from workers.api.safety import AddressPolicy, SafeConnector
@@ -31,7 +32,8 @@ class AiohttpFetcher:
     def session(self) -> aiohttp.ClientSession:
         if self._session is None:
             policy = AddressPolicy(self.cfg.worker.allow_networks, self.cfg.worker.block_private)
-            connector = SafeConnector(policy, limit=self.concurrency * 2, limit_per_host=0, ttl_dns_cache=300)
+            connector = SafeConnector(policy, limit=self.concurrency * 2, limit_per_host=0, ttl_dns_cache=300,
+                                      socket_factory=bounded_sockets(self.cfg.worker.unacked_timeout))  # fmt: skip
             self._session = aiohttp.ClientSession(connector=connector, trace_configs=[send_tracer()],
                                                   headers={"User-Agent": self.cfg.worker.user_agent})  # fmt: skip
             # aiohttp silently re-sends a request when a reused keep-alive connection was

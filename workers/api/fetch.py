@@ -7,14 +7,40 @@ The worker never follows a redirect itself: a 3xx is a result like any other, an
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
+from aiohappyeyeballs import AddrInfoType, SocketFactoryType
 
 from workers.api.outcome import FetchResult
 from workers.api.safety import BlockedAddress
+
+
+def bounded_sockets(unacked: float) -> SocketFactoryType:
+    """A socket factory for :class:`aiohttp.TCPConnector` (``socket_factory``): on each TCP socket
+    the kernel gives up once bytes it sent stay unacknowledged for ``unacked`` seconds
+    (``TCP_USER_TIMEOUT``: Linux), connection set-up included, whatever this process does then.
+
+    So a request either reaches the server within ``unacked`` seconds of leaving, or never: one
+    sent into a dead link (or by a process that then froze or lost its job) cannot be delivered
+    by TCP's retransmissions when the link heals, after its job was given to another worker or
+    retried (found by the cluster tests: requests landing in pairs at the heal). Bytes the server
+    acknowledged are unaffected: a slow answer still has the whole fetch timeout.
+    """
+    millis = max(1, round(unacked * 1000))
+    option = getattr(socket, "TCP_USER_TIMEOUT", None)
+
+    def make(info: AddrInfoType) -> socket.socket:
+        family, kind, proto, _, _ = info
+        sock = socket.socket(family=family, type=kind, proto=proto)
+        if option is not None and kind == socket.SOCK_STREAM:
+            sock.setsockopt(socket.IPPROTO_TCP, option, millis)
+        return sock
+
+    return make
 
 
 def send_tracer() -> aiohttp.TraceConfig:
