@@ -16,6 +16,7 @@ class Cause(StrEnum):
     PROBE = "probe"  # steady successes at the limit: trying a little faster
     RAMPUP = "rampup"  # the rampup policy's window moved delay or concurrency
     ROBOTS = "robots"  # robots.txt Crawl-delay / Request-rate
+    BUDGET = "budget"  # a budget not told: refusals that followed a count per period (frontier.core.budget)
     GATE = "gate"  # the server closed the scope for a while (Retry-After, RateLimit)
     OTHER = "other"
 

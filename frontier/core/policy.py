@@ -12,8 +12,9 @@ The delay of a scope is the largest of:
 - the **adaptation** delay (:mod:`frontier.core.adapt`): responses move it. Limit signals teach the
   scope its limit and each success brings the delay back toward it; trouble signals probe at
   doubling intervals until the first success ends the outage;
-- the quota **spread** (``window / quota``) when asked for, and a **published budget**'s
-  spread (RateLimit / X-RateLimit ``reset / remaining``).
+- the quota **spread** (``window / quota``) when asked for, a **published budget**'s
+  spread (RateLimit / X-RateLimit ``reset / remaining``), and a **budget not told**'s pace
+  (:mod:`frontier.core.budget`: refusals that follow a count per period, not the rate).
 
 Separately from the delay, a scope may be **gated** (Retry-After / RateLimit: no request at
 all until a time that adaptation never shortens), **quota**-limited, or full
@@ -32,7 +33,7 @@ from __future__ import annotations
 import msgspec
 
 from frontier.config import ScopeSettings
-from frontier.core import adapt
+from frontier.core import adapt, budget
 from frontier.core.causes import Cause
 from frontier.core.headers import RateLimit, gate_seconds, ratelimit
 from frontier.core.state import Decision, Done, Event, Lost, Robots, ScopeState, Sent
@@ -124,7 +125,7 @@ def delay(state: ScopeState, s: ScopeSettings) -> float:
         d = max(d, s.window / s.quota)
     if state.srv_remaining > 0 and state.srv_spread > d:
         d = state.srv_spread  # a published budget: spread what is left over what is left of its window
-    return d
+    return max(d, budget.pace(state))
 
 
 def floor(state: ScopeState, s: ScopeSettings) -> float:
@@ -184,7 +185,7 @@ def advance(state: ScopeState, now: float, s: ScopeSettings) -> ScopeState:
     (adaptation moves on responses only)."""
     if state.srv_spread and now >= state.srv_until:
         state = msgspec.structs.replace(state, srv_spread=0.0, srv_remaining=-1)
-    return _rampup(state, now, s)
+    return _rampup(budget.advance(state, now), now, s)
 
 
 # -- events -----------------------------------------------------------------------------------
@@ -199,7 +200,7 @@ def apply(state: ScopeState, event: Event, now: float, s: ScopeSettings) -> Scop
                 used, start = 0.0, now
             used += event.cost
         srv = state.srv_remaining - 1 if state.srv_remaining > 0 and now < state.srv_until else state.srv_remaining
-        state = adapt.on_sent(state, event.at, delay(state, s))
+        state = budget.on_sent(adapt.on_sent(state, event.at, delay(state, s)), event.at)
         return rep(state, inflight=state.inflight + 1, last_sent=max(state.last_sent, event.at), jitter_u=event.u,
                    quota_used=used, quota_start=start, srv_remaining=srv, ru_sent=state.ru_sent + 1,
                    sent_total=state.sent_total + 1)  # fmt: skip
@@ -279,6 +280,12 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
         if s.quota > 0:
             state = rep(state, quota_used=max(0.0, s.quota - rl.remaining))
     kind = adapt.classify(ev.status, ev.error, trigger, gate is not None)
+    if kind != adapt.TROUBLE and ev.status:  # a budget not told: refusals that follow a count
+        current = delay(state, s)
+        state, theirs = budget.on_response(state, kind == adapt.LIMIT, ev.dispatched_at or min(ev.sent_at, now) or now,
+                                           now, current, adapt.interval(state, current))  # fmt: skip
+        if theirs:
+            return state
     if kind == adapt.SUCCESS:
         return adapt.on_success(state, s, base_delay(state, s), now) if ev.status and not ev.late else state
     state = rep(state, ru_triggers=state.ru_triggers + 1)
@@ -319,6 +326,9 @@ def decide(state: ScopeState, now: float, s: ScopeSettings, cost: float = 1.0) -
             return Decision(state.quota_start + s.window, "quota")
     if state.srv_remaining == 0 and now < state.srv_until:
         return Decision(state.srv_until, "ratelimit")
+    held = budget.hold(state)
+    if held is not None and held > now:
+        return Decision(held, "budget")
     if state.last_sent >= 0:
         d = delay(state, s)
         least = floor(state, s)

@@ -51,6 +51,29 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     cause_kind: Cause = Cause.NONE  # ...and its class, for code (metrics, status)
     sent_total: int = 0  # requests sent, ever (for request rates in status and charts)
     failing_since: float = -1.0  # when the current run of failures began (network, 429, backoff 5xx); < 0: answering
+    # a budget not told (frontier.core.budget): refusals that follow a count per period, not the rate
+    bud_mode: int = 0  # 0 watching, 1 spent (waiting for the period to turn), 2 counting, 3 pacing
+    bud_size: float = 0.0  # learned requests a period lets through before refusing (0: not known)
+    bud_period: float = 0.0  # learned period, seconds (0: not known)
+    bud_period_was: float = 0.0  # the period before the latest turn measured it (a false turn restores it)
+    bud_start: float = -1.0  # when the current period began (a turn seen, or expected; < 0: nothing sent)
+    bud_seen: float = -1.0  # the latest turn seen and confirmed (periods are measured between them)
+    bud_fresh: bool = False  # the current period began at a turn seen, not confirmed yet
+    bud_exact: bool = False  # the current period began at a turn seen (its count is the site's)
+    bud_ok: int = 0  # successes in the current period
+    bud_clean: int = 0  # periods in a row that used their budget without a refusal
+    bud_refused: float = -1.0  # when the current period first refused (< 0: not yet)
+    bud_streak: int = 0  # successes in a row
+    bud_streak_at: float = -1.0  # dispatch time of the first of them
+    bud_run_at: float = -1.0  # dispatch time of the first refusal of a run being judged (< 0: none)
+    bud_run_ok: int = 0  # successes of the period before that run
+    bud_n1: int = 0  # responses to requests sent since the run began, before it slowed down...
+    bud_r1: int = 0  # ...and how many of them were refused
+    bud_slow_at: float = -1.0  # when the scope got down to half the rate the run began at (< 0: not yet)
+    bud_n: int = 0  # responses to requests sent since then...
+    bud_r: int = 0  # ...and how many of them were refused
+    bud_limit0: float = 0.0  # the adaptation's limit and delay before the run (restored for a budget)
+    bud_backoff0: float = 0.0
 
 
 class Sent(msgspec.Struct, frozen=True):

@@ -25,6 +25,7 @@ _SENTENCES = {
     "gate": "closed by the server (Retry-After or RateLimit): opens in {t}",
     "quota": "quota used up: next window in {t}",
     "ratelimit": "published rate-limit budget spent: resets in {t}",
+    "budget": "this period's budget (learned from 429s) spent: next send in {t}",
 }
 
 

@@ -8,7 +8,7 @@ import heapq
 from collections import Counter
 from operator import itemgetter
 
-from frontier.core import policy
+from frontier.core import budget, policy
 from frontier.core.robots import origin
 from frontier.partition.keys import QueueId, queue_crawl, queue_prefix, queue_scopes, scope_queue
 from frontier.partition.records import item_dec
@@ -69,4 +69,5 @@ class Visibility(Robots):
         return ScopeStatus(scope=scope, queued=queued, inflight=st.inflight, delay=policy.delay(st, s),
                            concurrency=policy.concurrency(st, s), gate_until=st.gate_until, backoff=st.backoff,
                            reason=reason, wait_until=at, sent=st.sent_total,
-                           limit=1 / st.limit if st.limit > 0 else 0.0, cause=st.cause)  # fmt: skip
+                           limit=1 / st.limit if st.limit > 0 else 0.0,
+                           cause="; ".join(c for c in (budget.describe(st), st.cause) if c))  # fmt: skip

@@ -40,6 +40,7 @@ class Result:
     under_floor: int  # gaps under the site's Crawl-delay
     recovery: float | None  # outages: seconds from its end until the pre-outage rate is back
     final_delay: float
+    state: ScopeState  # the scope's state at the end
 
     @property
     def share(self) -> float:
@@ -134,6 +135,7 @@ def simulate(
         under_floor=site.under_floor(),
         recovery=_recovery(site) if isinstance(site, Outage) else None,
         final_delay=delay(state, s),
+        state=state,
     )
 
 

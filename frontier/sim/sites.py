@@ -203,26 +203,61 @@ class CrawlDelay(Site):
 
 @dataclass
 class StagedQuota(Site):
-    """Seed 003: ``quota`` requests per ``window``; past half of it 50 % of requests get a 429,
-    past three quarters 75 %, past the quota all of them (no headers, as that operator did)."""
+    """Seed 003: ``quota`` requests served per fixed period of ``window`` seconds (periods begin
+    ``phase`` seconds before the crawl: the crawler does not know when). Past half of the quota
+    50 % of requests get a 429, past three quarters 75 %, past the quota all of them, with no
+    headers, as that operator did; ``retry_after``: the last stage's 429s say when the period
+    turns. ``rate`` > 0: a token bucket of that rate (burst ``2 * rate``) on top, answering a bare
+    429 first. ``every``: the stages follow every request of the period, refused ones too (else
+    only the ones served). The site keeps, per period, what it served and refused."""
 
     quota: int = 600
     window: float = 600.0
+    phase: float = 0.0
+    retry_after: bool = False
+    rate: float = 0.0
+    every: bool = False
     served: int = 0
-    _start: float = -1.0
+    periods: dict[int, list[int]] = field(default_factory=dict)  # period -> [served, refused]
+    _period: int = -1
     _n: int = 0
+    _bucket: TokenBucket | None = None
 
     def __post_init__(self) -> None:
         self.allowance = self.quota / self.window
+        if self.rate > 0:
+            self._bucket = TokenBucket(rate=self.rate, burst=2 * self.rate)
+
+    @property
+    def free(self) -> int:
+        """Requests a period serves before it refuses any."""
+        return self.quota // 2
+
+    def period_of(self, t: float, t0: float) -> int:
+        return math.floor((t - t0 + self.phase) / self.window)
 
     def answer(self, t: float, inflight: int) -> Answer:
-        if self._start < 0 or t >= self._start + self.window:
-            self._start, self.served, self._n = t, 0, 0
+        t0 = self.arrivals[0]
+        k = self.period_of(t, t0)
+        if k != self._period:
+            self._period, self.served, self._n = k, 0, 0
+        tally = self.periods.setdefault(k, [0, 0])
+        if self._bucket is not None and self._bucket.answer(t, inflight).status == 429:
+            tally[1] += 1
+            return Answer(status=429, latency=self.latency)
         self._n += 1
-        share = self.served / self.quota
+        share = (self._n - 1 if self.every else self.served) / self.quota
         refuse = 1.0 if share >= 1 else 0.75 if share >= 0.75 else 0.5 if share >= 0.5 else 0.0
         # deterministic: refuse the first `refuse` share of every four requests
         if (self._n % 4) < refuse * 4:
-            return Answer(status=429, latency=self.latency)
+            tally[1] += 1
+            headers = {}
+            if self.retry_after and share >= 1:
+                turn = t0 - self.phase + (k + 1) * self.window
+                seconds = max(1, math.ceil(turn - t))
+                headers = {"retry-after": str(seconds)}
+                self.windows.append((t + self.latency, t + seconds))
+            return Answer(status=429, latency=self.latency, headers=headers)
         self.served += 1
+        tally[0] += 1
         return Answer(latency=self.latency)

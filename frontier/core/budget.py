@@ -1,0 +1,272 @@
+"""Budgets not told (``../shared/THROTTLING.md`` v3 §6): refusals that follow a count per period,
+not the sending rate. Pure functions over :class:`~frontier.core.state.ScopeState`; no clock, no I/O.
+
+Seed 003's operator answers 429 to 50 %, then 75 %, then every request as the day's count grows.
+The adaptation (:mod:`frontier.core.adapt`) takes that for a rate limit: it slows down, the
+refusals go on (they follow the count), it slows down again. A scope tells the two apart here.
+
+- **watching** (every scope): a run of limit signals begins. The rate the server accepts is
+  measured while the adaptation slows the scope down, and again once it sends at half the rate
+  the run began at. A rate limit (a token bucket, a window) accepts as much at both rates, or
+  stops refusing; if refusals still come at ``RUN_SHARE`` of the responses or more and the
+  accepted rate fell with the sending rate, the server counts, whatever the rate: a **budget**. What this period let
+  through before the run is the budget; the adaptation is put back as it was before the run (a
+  budget is no rate, and the slowest rate the refusals forced must not outlive the period).
+- **spent**: the period's budget is gone. Only probes go out, at a growing interval (1/32 of the
+  time since the refusals began, 1 s to an hour, 1/32 of the period once it is known), the next
+  at once after a success (at the budget's pace once it is known);
+  ``TURN`` successes in a row say the period turned (refusals that end at once).
+- **counting**: a period began, its length is not known yet. The scope runs as the adaptation
+  lets it until refusals begin again at about the budget: that period's count is the budget,
+  and the next turn gives the period (the time between two turns seen).
+- **pacing**: budget and period known: requests are spread evenly, ``period / budget`` apart
+  (``SPARE`` to spare), whatever the phase, so no period holds more than the budget. A period
+  that ends with its budget used and no refusal, the second in a row, probes upward: the next
+  allows ``UP`` more (never inside a period that already refused). A refusal once the period has used half its
+  budget: spent until the period turns, and the budget is what went through, counted from a
+  turn seen (else one probe step back); the turn is watched for again, which keeps the phase
+  and the period measured. A refusal early in a period (the turn was not when expected): spent
+  again, the budget kept.
+
+A Retry-After on a refusal still closes the scope until then (:mod:`frontier.core.policy`).
+"""
+
+from __future__ import annotations
+
+import math
+
+import msgspec
+
+from frontier.core.causes import Cause
+from frontier.core.state import ScopeState
+
+WATCHING, SPENT, COUNTING, PACING = 0, 1, 2, 3
+SLOWED = 2.0  # a run is judged again once the scope sends this many times slower than when it began
+RUN_MIN = 4  # responses in each phase of a run before it is judged
+RUN_SHARE = 0.3  # a budget: at least this share refused at the lower rate...
+FOLLOWS = 0.7  # ...and at most this share of the rate accepted before (a rate limit accepts as much)
+RATE_SHARE = 0.15  # under this share refused at the lower rate: a rate limit
+JUDGE = 6  # once a period's budget is known, a refusal is judged by the answers to this many requests after it
+RUN_END = 20  # successes in a row end a run of refusals
+TURN = 4  # successes in a row while spent: the period turned
+UP = 0.03  # periods that used their budget without refusal: the next one allows this much more...
+CLEAN = 2  # ...after this many of them in a row
+SPARE = 0.02  # paced this much under the budget; a budget lowered by a refusal loses this much more
+PROBE_SHARE = 1 / 32  # while spent: probe every this share of the time since the refusals began...
+PROBE_MIN, PROBE_MAX = 1.0, 3600.0  # ...within these bounds (seconds)
+FULL = 0.9  # a period that used this share of its budget tells whether more would have passed
+
+
+def _rep(state: ScopeState, **changes: object) -> ScopeState:
+    return msgspec.structs.replace(state, **changes)
+
+
+def pace(state: ScopeState) -> float:
+    """The gap a learned budget asks for (0: none)."""
+    if state.bud_mode in (PACING, SPENT) and state.bud_size > 0 and state.bud_period > 0:
+        return state.bud_period / (state.bud_size * (1 - SPARE))
+    return 0.0
+
+
+def hold(state: ScopeState) -> float | None:
+    """When the scope may send again because of its budget (None: the budget does not hold it):
+    spent, the next probe for the period's turn (at once after a success)."""
+    if state.bud_mode == SPENT and state.bud_streak == 0 and state.last_sent >= 0 and state.bud_refused >= 0:
+        cap = PROBE_MAX if state.bud_period <= 0 else max(PROBE_MIN, state.bud_period * PROBE_SHARE)
+        gap = min(max((state.last_sent - state.bud_refused) * PROBE_SHARE, PROBE_MIN), cap)
+        return state.last_sent + gap
+    return None
+
+
+def advance(state: ScopeState, now: float) -> ScopeState:
+    """Pacing: a period that has ended makes way for the next (probing upward when it used its
+    budget without a refusal)."""
+    if state.bud_mode != PACING or state.bud_period <= 0 or now < state.bud_start + state.bud_period:
+        return state
+    size, clean = state.bud_size, 0
+    if state.bud_refused < 0 and state.bud_ok >= FULL * size:
+        clean = state.bud_clean + 1
+        if clean >= CLEAN:
+            size, clean = size * (1 + UP), 0
+    periods = math.floor((now - state.bud_start) / state.bud_period)
+    return _rep(state, bud_start=state.bud_start + periods * state.bud_period, bud_ok=0, bud_refused=-1.0,
+                bud_size=size, bud_clean=clean, bud_fresh=False, bud_exact=False)  # fmt: skip
+
+
+def on_sent(state: ScopeState, at: float) -> ScopeState:
+    """The first send starts the first period (as far as this scope can tell)."""
+    return _rep(state, bud_start=at) if state.bud_start < 0 else state
+
+
+def on_response(
+    state: ScopeState, refused: bool, sent: float, now: float, current: float, gap: float
+) -> tuple[ScopeState, bool]:
+    """A success or a limit signal (``refused``) to a request dispatched at ``sent``; ``current``
+    is the scope's delay and ``gap`` its sending interval before this response. Returns the
+    state and whether the refusal is the budget's (the adaptation must not take it as a rate)."""
+    mode = state.bud_mode
+    if mode == SPENT:  # probes sent slowly tell nothing about the rate: the adaptation is left as it was
+        return _spent(state, refused, sent), True
+    if mode in (COUNTING, PACING):
+        return _period(state, refused, sent, now)
+    return _watching(state, refused, sent, now, current, gap)
+
+
+def _watching(
+    state: ScopeState, refused: bool, sent: float, now: float, current: float, gap: float
+) -> tuple[ScopeState, bool]:
+    """A run of refusals is judged in two phases: the responses to requests sent from its first
+    refusal on (fast), then those sent once the scope got down to half that rate (slow). A rate
+    limit accepts about as much at both rates (a token bucket lets its rate through, then stops
+    refusing below it); a budget accepts its share of whatever is sent: half the rate, half the
+    accepted."""
+    st = _rep(state, bud_ok=state.bud_ok + (not refused), bud_streak=0 if refused else state.bud_streak + 1)
+    if st.bud_run_at < 0:
+        if not refused:
+            return st, False
+        # a run begins: remember what the period let through and what the adaptation knew before it
+        return _rep(st, bud_run_at=sent, bud_run_ok=state.bud_ok, bud_n1=1, bud_r1=1, bud_slow_at=-1.0, bud_n=0,
+                    bud_r=0, bud_limit0=st.limit, bud_backoff0=st.backoff), False  # fmt: skip
+    if sent < st.bud_run_at:
+        return st, False
+    if st.bud_slow_at < 0 or sent < st.bud_slow_at:
+        st = _rep(st, bud_n1=st.bud_n1 + 1, bud_r1=st.bud_r1 + refused)
+        if st.bud_slow_at < 0 and st.bud_n1 >= RUN_MIN and current >= SLOWED * (now - st.bud_run_at) / st.bud_n1:
+            st = _rep(st, bud_slow_at=now)
+    else:
+        st = _rep(st, bud_n=st.bud_n + 1, bud_r=st.bud_r + refused)
+    if st.bud_streak >= RUN_END:  # the refusals ended at once: maybe a period turned; count from there
+        return _rep(_end_run(st), bud_ok=st.bud_streak), False
+    if st.bud_n < RUN_MIN:
+        return st, False
+    if st.bud_r < RATE_SHARE * st.bud_n:  # it stopped refusing at the lower rate: a rate limit
+        return _end_run(st), False
+    fast = (st.bud_n1 - st.bud_r1) / max(st.bud_slow_at - st.bud_run_at, 1e-3)
+    slow = (st.bud_n - st.bud_r) / max(now - st.bud_slow_at, 1e-3)
+    # (nothing accepted at all: a ban, or a bucket far too slow to tell; the adaptation backs off)
+    if st.bud_r >= RUN_SHARE * st.bud_n and 0 < fast and slow <= FOLLOWS * fast:
+        return _found(st, now, fast, slow), True
+    # as much accepted at the lower rate (a bucket still above its rate): judge again at half this one
+    return _rep(st, bud_run_at=st.bud_slow_at, bud_n1=st.bud_n, bud_r1=st.bud_r, bud_slow_at=-1.0, bud_n=0,
+                bud_r=0), False  # fmt: skip
+
+
+def _end_run(st: ScopeState) -> ScopeState:
+    return _rep(st, bud_run_at=-1.0, bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_n1=0, bud_r1=0)
+
+
+def _found(st: ScopeState, now: float, fast: float, slow: float) -> ScopeState:
+    """The run's refusals did not follow the rate: a budget of what the period let through."""
+    size = float(st.bud_run_ok)
+    return _end_run(_rep(
+        st, bud_mode=SPENT, bud_size=size, bud_refused=st.bud_run_at, bud_streak=0, bud_streak_at=-1.0,
+        limit=st.bud_limit0,
+        backoff=st.bud_backoff0, sig_sent=-1.0, sig_ok=0,
+        cause=f"budget ≈ {size:.0f} this period from 429s that did not follow the rate ({st.bud_r} of "
+              f"{st.bud_n} refused at half the rate, {slow:.2f}/s accepted against {fast:.2f}/s): "
+              "waiting for the period to turn",
+        cause_kind=Cause.BUDGET,
+    ))  # fmt: skip
+
+
+def _spent(st: ScopeState, refused: bool, sent: float) -> ScopeState:
+    if refused:  # (the last refused probe: the turn comes after it)
+        return _rep(st, bud_streak=0, bud_streak_at=sent)
+    streak = st.bud_streak + 1
+    at = st.bud_streak_at
+    if streak == 1:
+        # the turn came after the last refused probe (and after the gate a refusal set, which
+        # ends at the turn when the server says so) and before this success: the middle
+        after = max(st.bud_streak_at, st.gate_until if st.gate_until <= sent else -1.0)
+        at = (sent + after) / 2 if 0 <= st.bud_refused <= after < sent else sent
+    st = _rep(st, bud_streak=streak, bud_streak_at=at)
+    if streak < TURN:
+        return st
+    # the period turned: refusals ended at once; a period is known from the turn seen before
+    period = st.bud_period
+    if st.bud_seen >= 0 and at > st.bud_seen:
+        span = at - st.bud_seen
+        if period <= 0:
+            period = span
+        else:  # turns missed in between (an idle scope) count as whole periods
+            k = max(1, round(span / period))
+            period = (period + span / k) / 2
+    mode = PACING if period > 0 and st.bud_size > 0 else COUNTING
+    said = f"≈ {st.bud_size:.0f} per {_span(period)}" if mode == PACING else f"≈ {st.bud_size:.0f} a period"
+    return _rep(st, bud_mode=mode, bud_start=at, bud_ok=streak, bud_refused=-1.0, bud_streak=0,
+                bud_period_was=st.bud_period, bud_period=period, bud_fresh=True, bud_exact=True,
+                cause=f"the period turned (refusals ended at once): budget {said}",
+                cause_kind=Cause.BUDGET)  # fmt: skip
+
+
+def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[ScopeState, bool]:
+    """Counting or pacing: successes count toward the period's budget. A refusal is held for the
+    budget's only when a request sent after it was answered refuses too (a rate limit on top
+    stops refusing once the adaptation has slowed down: until then the refusal is the
+    adaptation's): while counting, any refusal; while pacing, one once half the budget went
+    through, or early in the period (its turn not come yet). A refusal right after a turn says
+    the turn was not one."""
+    half = max(2 * TURN, st.bud_size / 2)
+    if st.bud_fresh and refused and st.bud_ok < 2 * TURN:  # not a turn: still the spent period
+        return _spent_again(st, sent, "refused again right after what looked like the period's turn", period=True), True
+    if not refused:
+        st = _rep(st, bud_ok=st.bud_ok + 1)
+        if st.bud_fresh and st.bud_ok >= 2 * TURN:  # the turn is confirmed: periods are measured from it
+            st = _rep(st, bud_seen=st.bud_start, bud_fresh=False)
+    if st.bud_run_at >= 0 and sent > st.bud_slow_at:  # a refusal being judged: answers sent after it
+        st = _rep(st, bud_n=st.bud_n + 1, bud_r=st.bud_r + refused)
+        if st.bud_r >= RUN_SHARE * JUDGE:  # it goes on refusing: the budget is spent
+            return _judged_spent(st, sent), True
+        if st.bud_n >= JUDGE:  # it stopped refusing
+            if st.bud_run_ok >= FULL * st.bud_size:  # at the budget's edge: the period turned meanwhile
+                st = _rep(st, limit=st.bud_limit0, backoff=st.bud_backoff0, sig_sent=-1.0, sig_ok=0, bud_clean=0)
+            return _rep(st, bud_run_at=-1.0, bud_n=0, bud_r=0), False  # (else a rate limit's refusal, the adaptation's)
+        return st, False
+    if refused and st.bud_run_at < 0:
+        early = st.bud_mode == PACING and now - st.bud_start < st.bud_period / 4
+        if st.bud_mode == COUNTING or st.bud_ok >= half or st.bud_size <= 0 or early:
+            return _rep(st, bud_run_at=sent, bud_slow_at=now, bud_run_ok=st.bud_ok, bud_n=0, bud_r=0,
+                        bud_limit0=st.limit, bud_backoff0=st.backoff), False  # fmt: skip
+    return st, False  # far under the budget: a rate limit on top (the adaptation's)
+
+
+def _judged_spent(st: ScopeState, sent: float) -> ScopeState:
+    """A refusal judged the budget's: what the period let through is its budget (counted from a
+    turn seen; else, a period expected whose phase was not seen, one probe step back, at least
+    what went through); early in an expected period, the turn has not come yet."""
+    half = max(2 * TURN, st.bud_size / 2)
+    if st.bud_mode == PACING and st.bud_run_ok < half:
+        return _spent_again(st, sent, "refused at the start of an expected period: probing for its turn")
+    exact = st.bud_exact or st.bud_mode == COUNTING
+    size = float(st.bud_run_ok) if exact else max(st.bud_run_ok, st.bud_size / (1 + UP))
+    why = f"budget ≈ {size:.0f} a period: {st.bud_run_ok} went through before this period refused"
+    return _spent_again(_rep(st, bud_size=size), sent, why)
+
+
+def _spent_again(st: ScopeState, sent: float, why: str, period: bool = False) -> ScopeState:
+    """Spent: wait for the period to turn, the adaptation as it was before the refusals."""
+    limit, backoff = (st.bud_limit0, st.bud_backoff0) if st.bud_run_at >= 0 else (st.limit, st.backoff)
+    return _rep(st, bud_mode=SPENT, bud_refused=sent, bud_streak=0, bud_streak_at=sent, bud_fresh=False,
+                bud_period=st.bud_period_was if period else st.bud_period, bud_run_at=-1.0, bud_slow_at=-1.0,
+                bud_n=0, limit=limit,
+                backoff=backoff, sig_sent=-1.0, sig_ok=0, cause=why, cause_kind=Cause.BUDGET)  # fmt: skip
+
+
+def describe(state: ScopeState) -> str:
+    """The budget in words for status rows ("" when none is learned)."""
+    if state.bud_mode == WATCHING:
+        return ""
+    size = f"{state.bud_size:.0f}" if state.bud_size > 0 else "?"
+    per = f"per {_span(state.bud_period)}" if state.bud_period > 0 else "a period (its length not known yet)"
+    head = f"budget ≈ {size} {per} from 429s that did not follow the rate"
+    if state.bud_mode == SPENT:
+        return f"{head}; spent this period: probing for its turn"
+    return f"{head}; {state.bud_ok} used this period"
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.0f} s"

@@ -1,0 +1,90 @@
+"""Budgets not told (THROTTLING.md v3 §6, frontier.core.budget): seed 003's staged quotas learned
+as a count per period, not a rate. The real policy against model sites in virtual time (the
+simulator), and the pure state machine with injected time. Nothing here sleeps or reads a clock."""
+
+import msgspec
+import pytest
+
+from frontier.config import ScopeSettings
+from frontier.core import budget
+from frontier.core.policy import Done, ScopeState, Sent, apply, decide, delay
+from frontier.observability.status import sentence
+from frontier.sim import sites
+from frontier.sim.engine import T0, simulate
+from frontier.sim.grid import BUDGETS, budgets, open_settings
+
+DEFAULTS = ScopeSettings()
+OPEN = open_settings(DEFAULTS, 5.0, 0.05)
+
+
+@pytest.mark.parametrize("case", BUDGETS, ids=lambda c: f"{c[0]}/{c[1]:g}s ra={c[2]} rate={c[3]} every={c[4]}")
+def test_a_staged_quota_is_spent_evenly_each_period_after_two(case: tuple[int, float, bool, float, bool]) -> None:
+    (row,) = budgets(DEFAULTS, (case,))
+    assert row.met, f"{row.scenario}: {row.detail}; inside windows {row.result.inside_windows}"
+
+
+def _staged(quota: int = 120, window: float = 60.0) -> sites.StagedQuota:
+    return sites.StagedQuota(name="s", latency=0.05, quota=quota, window=window, phase=0.3 * window)
+
+
+def test_the_budget_is_learned_as_a_count_and_a_period_and_said_in_words() -> None:
+    site = _staged()
+    trace: list[str] = []
+    state = simulate(site, OPEN, duration=60.0 * 5, warmup=0.0, trace=trace).state
+    assert state.bud_mode == budget.PACING
+    assert state.bud_size == pytest.approx(site.free, rel=0.1)
+    assert state.bud_period == pytest.approx(60.0, rel=0.05)
+    words = budget.describe(state)
+    assert words.startswith(f"budget ≈ {state.bud_size:.0f} per ") and "from 429s that did not follow the rate" in words
+    assert any("did not follow the rate" in line for line in trace)
+
+
+def test_the_slowest_rate_a_spent_period_forced_does_not_outlive_it() -> None:
+    """After the turn, the scope sends at the budget's pace, not at the delay the refusals forced."""
+    site = _staged()
+    state = simulate(site, OPEN, duration=60.0 * 5, warmup=0.0).state
+    assert delay(state, OPEN) == pytest.approx(budget.pace(state))
+    assert state.backoff < budget.pace(state)
+
+
+def test_a_token_bucket_is_never_taken_for_a_budget() -> None:
+    for rate in (0.5, 2.0, 10.0):
+        site = sites.TokenBucket(name="b", rate=rate, burst=rate * 2, latency=0.05)
+        state = simulate(site, open_settings(DEFAULTS, rate, 0.05), duration=300.0).state
+        assert state.bud_mode == budget.WATCHING, rate
+
+
+def test_a_period_that_refused_gets_no_more_than_probes_for_its_turn() -> None:
+    """Spent: one probe at a growing interval (a 32nd of the time since the refusals began, at
+    least 1 s), never the scope's normal rate."""
+    s = OPEN
+    state = ScopeState(bud_mode=budget.SPENT, bud_size=50.0, bud_refused=T0, bud_streak_at=T0, last_sent=T0 + 64.0)
+    d = decide(state, T0 + 64.5, s)
+    assert d.reason == "budget" and d.at == pytest.approx(T0 + 64.0 + 2.0)
+    assert sentence(d.reason, d.at, T0 + 64.5).startswith("this period's budget (learned from 429s) spent")
+    assert budget.describe(state).endswith("spent this period: probing for its turn")
+
+
+def test_pacing_probes_upward_only_after_two_full_periods_without_refusal() -> None:
+    state = ScopeState(bud_mode=budget.PACING, bud_size=100.0, bud_period=10.0, bud_start=T0, bud_ok=95)
+    once = budget.advance(state, T0 + 10.5)
+    assert once.bud_size == 100.0 and once.bud_clean == 1 and once.bud_ok == 0 and once.bud_start == T0 + 10.0
+    twice = budget.advance(_with_ok(once, 95), T0 + 20.5)
+    assert twice.bud_size == pytest.approx(100.0 * (1 + budget.UP)) and twice.bud_clean == 0
+    refused = budget.advance(_with_ok(once, 95, refused=T0 + 15.0), T0 + 20.5)
+    assert refused.bud_size == 100.0 and refused.bud_clean == 0
+
+
+def test_a_refusal_early_in_a_period_of_a_rate_limit_on_top_goes_to_the_adaptation() -> None:
+    """Pacing, a quarter of the period gone, far under the budget: a 429 is the adaptation's."""
+    s = OPEN
+    state = ScopeState(bud_mode=budget.PACING, bud_size=100.0, bud_period=40.0, bud_start=T0, bud_ok=10)
+    t = T0 + 15.0
+    state = apply(state, Sent(t), t, s)
+    after = apply(state, Done(sent_at=t, dispatched_at=t, status=429, latency=0.05), t + 0.1, s)
+    assert after.bud_mode == budget.PACING and after.bud_run_at < 0
+    assert after.backoff > 0  # the adaptation stepped up
+
+
+def _with_ok(state: ScopeState, ok: int, refused: float = -1.0) -> ScopeState:
+    return msgspec.structs.replace(state, bud_ok=ok, bud_refused=refused)
