@@ -4,7 +4,7 @@
 - ``partition``: one partition's state machine over a key-value store (pure)
 - ``intake``: URL parsing and routing; ``service``: the running frontier (Kafka, RocksDB)
 - ``observability``: status, metrics, the live page; ``kafka``: where every Kafka client is made
-- ``config``, ``cli``, ``client``; ``demo`` and ``sim``
+- ``config``, ``cli``, ``client``, ``archive`` (WARC files from pages); ``demo`` and ``sim``
 
 Which package may import which is checked by ``tests/test_layout.py``.
 """

@@ -22,7 +22,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +30,7 @@ from pathlib import Path
 from frontier.client import FrontierClient, SubmitError, read_lines, submission_value
 from frontier.config import Config, ConfigError, load
 from frontier.kafka import Kafka, KafkaUnreachable
-from topics.schemas import DEFAULT_CRAWL, ControlCommand, valid_crawl
+from topics.schemas import DEFAULT_CRAWL, ControlCommand, Page, valid_crawl
 
 __all__ = ["build_parser", "main", "submission_value"]
 
@@ -170,6 +170,8 @@ def cmd_pages(args: argparse.Namespace) -> int:
 
     pages = client.iter_pages(follow=args.follow, group=args.group or None, idle=args.idle, limit=args.limit,
                               on_error=undecodable, crawl=args.crawl or "*")  # fmt: skip
+    if args.warc:
+        return _pages_to_warc(args, pages)
     try:
         with closing(pages):
             for page in pages:
@@ -180,6 +182,26 @@ def cmd_pages(args: argparse.Namespace) -> int:
                 print(json.dumps(out), flush=True)
     except KeyboardInterrupt:
         pass
+    return 0
+
+
+def _pages_to_warc(args: argparse.Namespace, pages: Generator[Page, None, None]) -> int:
+    """``pages --warc DIR``: the pages as WARC/1.1 files (frontier/archive.py); one JSON line at the end."""
+    from frontier.archive import WarcFiles
+
+    cfg = _config(args)
+    try:
+        with closing(pages), WarcFiles(Path(args.warc), cfg.worker.user_agent, args.warc_max_bytes) as warc:
+            try:
+                for page in pages:
+                    warc.write(page)
+            except KeyboardInterrupt:
+                pass
+    except OSError as exc:
+        print(f"crawl-frontier pages: cannot write WARC files in {args.warc}: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"warc_files": [str(f) for f in warc.files], "pages_written": warc.written,
+                      "not_fetched": warc.skipped}), flush=True)  # fmt: skip
     return 0
 
 
@@ -253,6 +275,16 @@ def _crawl_name(value: str) -> str:
         return valid_crawl(value)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive whole number, got {value!r}")
+    return n
 
 
 def _check_topic_limits(cfg: Config, kafka: Kafka) -> None:
@@ -388,6 +420,19 @@ def build_parser() -> argparse.ArgumentParser:
     pg.add_argument("--body", action="store_true", help="include the body (decoded as UTF-8)")
     pg.add_argument("--group", default="", help="consumer group (commits offsets); default: read everything")
     pg.add_argument("--crawl", type=_crawl_name, default=None, help="only this crawl's pages (default: every crawl's)")
+    pg.add_argument(
+        "--warc",
+        default="",
+        metavar="DIR",
+        help="write the pages as WARC/1.1 files (request and response records, gzip per record) in DIR",
+    )
+    pg.add_argument(
+        "--warc-max-bytes",
+        type=_positive_int,
+        default=1_000_000_000,
+        metavar="N",
+        help="start a new WARC file once one reaches N bytes (default 1 GB)",
+    )
     pg.set_defaults(func=cmd_pages)
 
     st = command("status", "totals and the busiest scopes, from every live frontier instance")

@@ -22,13 +22,15 @@ if [ "$#" -gt 0 ]; then  # a selection: one pytest run
 fi
 # Everything, in two groups at once (each with its own local Kafka broker): the unit tests and the
 # CPU-bound programs (benchmark smoke runs, Scrapy, the URLFrontier suite, the three-minute retry
-# crawl), and the other
+# and budget crawls, the crawls' tests: about as long as the other group), and the other
 # integration tests. CI must stay under 30 minutes; one group alone took 25 (2 cores).
 logs=$(mktemp -d)
 SLOW=(tests/integration/test_benchmarks.py tests/integration/test_scrapy.py tests/integration/test_scrapy_edges.py
-      tests/integration/test_urlfrontier.py tests/integration/test_retries.py)
-# the cluster on one machine (network namespaces, as root, three brokers): alone, once both groups
-# are over (run beside them, its load failed the rate and pause tests: measured)
+      tests/integration/test_urlfrontier.py tests/integration/test_retries.py tests/integration/test_budgets.py
+      tests/integration/test_crawls.py)
+# the cluster on one machine (network namespaces, as root, three brokers; its tests and a short
+# chaos soak): alone, once both groups are over (run beside them, its load failed the rate and
+# pause tests: measured)
 CLUSTER=(tests/integration/test_cluster.py)
 # the tests most sensitive to a loaded machine (rates reached, freezes) run last, once the first
 # group (about 10 minutes) is over

@@ -65,14 +65,19 @@ def test_a_period_that_refused_gets_no_more_than_probes_for_its_turn() -> None:
     assert budget.describe(state).endswith("spent this period: probing for its turn")
 
 
-def test_pacing_probes_upward_only_after_two_full_periods_without_refusal() -> None:
+def test_pacing_probes_upward_after_two_full_periods_without_refusal_by_growing_steps() -> None:
     state = ScopeState(bud_mode=budget.PACING, bud_size=100.0, bud_period=10.0, bud_start=T0, bud_ok=95)
     once = budget.advance(state, T0 + 10.5)
     assert once.bud_size == 100.0 and once.bud_clean == 1 and once.bud_ok == 0 and once.bud_start == T0 + 10.0
+    assert once.bud_last == 95
     twice = budget.advance(_with_ok(once, 95), T0 + 20.5)
-    assert twice.bud_size == pytest.approx(100.0 * (1 + budget.UP)) and twice.bud_clean == 0
+    assert twice.bud_size == pytest.approx(100.0 * (1 + budget.UP)) and twice.bud_clean == 2
+    thrice = budget.advance(_with_ok(twice, 100), T0 + 30.5)
+    assert thrice.bud_size == pytest.approx(twice.bud_size * (1 + 2 * budget.UP))
     refused = budget.advance(_with_ok(once, 95, refused=T0 + 15.0), T0 + 20.5)
     assert refused.bud_size == 100.0 and refused.bud_clean == 0
+    idle = budget.advance(_with_ok(once, 10), T0 + 20.5)  # a period far from full tells nothing
+    assert idle.bud_size == 100.0 and idle.bud_clean == 0
 
 
 def test_a_refusal_early_in_a_period_of_a_rate_limit_on_top_goes_to_the_adaptation() -> None:
@@ -84,6 +89,25 @@ def test_a_refusal_early_in_a_period_of_a_rate_limit_on_top_goes_to_the_adaptati
     after = apply(state, Done(sent_at=t, dispatched_at=t, status=429, latency=0.05), t + 0.1, s)
     assert after.bud_mode == budget.PACING and after.bud_run_at < 0
     assert after.backoff > 0  # the adaptation stepped up
+
+
+def test_a_period_that_turns_later_than_expected_is_seen_and_measured_again() -> None:
+    """Pacing, the expected period began at T0 but the site's turns at T0 + 2: a refusal at
+    T0 + 0.5, then successes. That is a turn seen: the period and its phase are measured again;
+    the period before, refused at its end, was full, so the budget does not grow next."""
+    s = OPEN
+    state = ScopeState(bud_mode=budget.PACING, bud_size=40.0, bud_period=19.4, bud_start=T0, bud_seen=T0 - 3 * 19.4,
+                       bud_last=38, bud_clean=3)  # fmt: skip
+    t = T0 + 0.5
+    state = apply(state, Done(sent_at=t, dispatched_at=t, status=429, latency=0.05), t + 0.05, s)
+    assert state.bud_mode == budget.PACING and state.bud_run_at == t  # judged by the next answers
+    for i in range(budget.JUDGE):
+        t = T0 + 2.0 + i * 0.5
+        state = apply(state, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
+    assert state.bud_mode == budget.PACING and state.bud_run_at < 0
+    assert state.bud_start == pytest.approx(T0 + 1.25) and state.bud_seen == state.bud_start
+    assert 19.4 < state.bud_period < 20.0
+    assert state.bud_size == 38.0 and state.bud_clean == 0
 
 
 def _with_ok(state: ScopeState, ok: int, refused: float = -1.0) -> ScopeState:

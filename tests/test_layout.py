@@ -86,6 +86,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "frontier.demo": OURS,
     "frontier.cli": OURS,
     "frontier.client": ("frontier.config", "frontier.core", "frontier.kafka", "frontier.observability", "topics"),
+    "frontier.archive": ("topics.schemas",),  # WARC files from pages (warcio)
     "workers": (),  # the package's own __init__: the map of its rooms, no imports
     "workers.api": WORKER_API,  # the worker API: no other room of workers
     "workers.fetcher": ("workers.api", *WORKER_API),  # the project's worker, on the API

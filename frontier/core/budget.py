@@ -7,9 +7,10 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
 
 - **watching** (every scope): a run of limit signals begins. The rate the server accepts is
   measured while the adaptation slows the scope down, and again once it sends at half the rate
-  the run began at. A rate limit (a token bucket, a window) accepts as much at both rates, or
-  stops refusing; if refusals still come at ``RUN_SHARE`` of the responses or more and the
-  accepted rate fell with the sending rate, the server counts, whatever the rate: a **budget**. What this period let
+  the run began at, and again at half that. A rate limit (a token bucket, a window) accepts as
+  much at each rate (once its burst is spent), or stops refusing; if refusals still come at
+  ``RUN_SHARE`` of the responses or more and the accepted rate fell with the sending rate at
+  both halvings, the server counts, whatever the rate: a **budget**. What this period let
   through before the run is the budget; the adaptation is put back as it was before the run (a
   budget is no rate, and the slowest rate the refusals forced must not outlive the period).
 - **spent**: the period's budget is gone. Only probes go out, at a growing interval (1/32 of the
@@ -22,11 +23,14 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
 - **pacing**: budget and period known: requests are spread evenly, ``period / budget`` apart
   (``SPARE`` to spare), whatever the phase, so no period holds more than the budget. A period
   that ends with its budget used and no refusal, the second in a row, probes upward: the next
-  allows ``UP`` more (never inside a period that already refused). A refusal once the period has used half its
-  budget: spent until the period turns, and the budget is what went through, counted from a
-  turn seen (else one probe step back); the turn is watched for again, which keeps the phase
-  and the period measured. A refusal early in a period (the turn was not when expected): spent
-  again, the budget kept.
+  allows ``UP`` more, and each further one twice as much more (at most half), so a budget
+  learned too low is found in a few periods (never inside a period that already refused).
+  A refusal that goes on once the period has used half its budget: spent until the period
+  turns; the budget is what went through, counted from a turn seen (else one probe step back),
+  and the turn is watched for again, which keeps the phase and the period measured. A refusal
+  early in a period, then successes: the period turned a little later than expected (a turn
+  seen: phase and period measured again; the period before was full). A refusal early in a
+  period that goes on: spent again, the budget kept.
 
 A Retry-After on a refusal still closes the scope until then (:mod:`frontier.core.policy`).
 """
@@ -44,13 +48,14 @@ WATCHING, SPENT, COUNTING, PACING = 0, 1, 2, 3
 SLOWED = 2.0  # a run is judged again once the scope sends this many times slower than when it began
 RUN_MIN = 4  # responses in each phase of a run before it is judged
 RUN_SHARE = 0.3  # a budget: at least this share refused at the lower rate...
-FOLLOWS = 0.7  # ...and at most this share of the rate accepted before (a rate limit accepts as much)
+FOLLOWS = 0.7  # ...and at most this share of the rate accepted before (a rate limit accepts as much)...
+HALVINGS = 2  # ...at this many halvings of the sending rate in a row (a bucket's burst fades after one)
 RATE_SHARE = 0.15  # under this share refused at the lower rate: a rate limit
 JUDGE = 6  # once a period's budget is known, a refusal is judged by the answers to this many requests after it
 RUN_END = 20  # successes in a row end a run of refusals
 TURN = 4  # successes in a row while spent: the period turned
 UP = 0.03  # periods that used their budget without refusal: the next one allows this much more...
-CLEAN = 2  # ...after this many of them in a row
+CLEAN = 2  # ...after this many of them in a row, and twice as much more after each next one
 SPARE = 0.02  # paced this much under the budget; a budget lowered by a refusal loses this much more
 PROBE_SHARE = 1 / 32  # while spent: probe every this share of the time since the refusals began...
 PROBE_MIN, PROBE_MAX = 1.0, 3600.0  # ...within these bounds (seconds)
@@ -86,11 +91,11 @@ def advance(state: ScopeState, now: float) -> ScopeState:
     size, clean = state.bud_size, 0
     if state.bud_refused < 0 and state.bud_ok >= FULL * size:
         clean = state.bud_clean + 1
-        if clean >= CLEAN:
-            size, clean = size * (1 + UP), 0
+        if clean >= CLEAN:  # growing steps (3 %, 6 %, 12 % ... at most half): a budget learned too low is found
+            size *= 1 + min(UP * 2.0 ** (clean - CLEAN), 0.5)
     periods = math.floor((now - state.bud_start) / state.bud_period)
     return _rep(state, bud_start=state.bud_start + periods * state.bud_period, bud_ok=0, bud_refused=-1.0,
-                bud_size=size, bud_clean=clean, bud_fresh=False, bud_exact=False)  # fmt: skip
+                bud_size=size, bud_clean=clean, bud_fresh=False, bud_exact=False, bud_last=state.bud_ok)  # fmt: skip
 
 
 def on_sent(state: ScopeState, at: float) -> ScopeState:
@@ -125,13 +130,14 @@ def _watching(
         if not refused:
             return st, False
         # a run begins: remember what the period let through and what the adaptation knew before it
-        return _rep(st, bud_run_at=sent, bud_run_ok=state.bud_ok, bud_n1=1, bud_r1=1, bud_slow_at=-1.0, bud_n=0,
-                    bud_r=0, bud_limit0=st.limit, bud_backoff0=st.backoff), False  # fmt: skip
+        return _rep(st, bud_run_at=sent, bud_run_ok=state.bud_ok, bud_run_gap=gap, bud_n1=1, bud_r1=1,
+                    bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_limit0=st.limit,
+                    bud_backoff0=st.backoff), False  # fmt: skip
     if sent < st.bud_run_at:
         return st, False
     if st.bud_slow_at < 0 or sent < st.bud_slow_at:
         st = _rep(st, bud_n1=st.bud_n1 + 1, bud_r1=st.bud_r1 + refused)
-        if st.bud_slow_at < 0 and st.bud_n1 >= RUN_MIN and current >= SLOWED * (now - st.bud_run_at) / st.bud_n1:
+        if st.bud_slow_at < 0 and st.bud_n1 >= RUN_MIN and current >= SLOWED * st.bud_run_gap:
             st = _rep(st, bud_slow_at=now)
     else:
         st = _rep(st, bud_n=st.bud_n + 1, bud_r=st.bud_r + refused)
@@ -144,15 +150,18 @@ def _watching(
     fast = (st.bud_n1 - st.bud_r1) / max(st.bud_slow_at - st.bud_run_at, 1e-3)
     slow = (st.bud_n - st.bud_r) / max(now - st.bud_slow_at, 1e-3)
     # (nothing accepted at all: a ban, or a bucket far too slow to tell; the adaptation backs off)
-    if st.bud_r >= RUN_SHARE * st.bud_n and 0 < fast and slow <= FOLLOWS * fast:
+    follows = st.bud_r >= RUN_SHARE * st.bud_n and 0 < fast and slow <= FOLLOWS * fast
+    if follows and st.bud_follows + 1 >= HALVINGS:
         return _found(st, now, fast, slow), True
-    # as much accepted at the lower rate (a bucket still above its rate): judge again at half this one
-    return _rep(st, bud_run_at=st.bud_slow_at, bud_n1=st.bud_n, bud_r1=st.bud_r, bud_slow_at=-1.0, bud_n=0,
-                bud_r=0), False  # fmt: skip
+    # judged again at half this rate: as much accepted at the lower rate (a bucket still above its
+    # rate), or the accepted rate fell once (a budget; or a bucket whose burst was still draining)
+    halvings = st.bud_follows + 1 if follows else 0
+    return _rep(st, bud_run_at=st.bud_slow_at, bud_run_gap=current, bud_n1=st.bud_n, bud_r1=st.bud_r,
+                bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_follows=halvings), False  # fmt: skip
 
 
 def _end_run(st: ScopeState) -> ScopeState:
-    return _rep(st, bud_run_at=-1.0, bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_n1=0, bud_r1=0)
+    return _rep(st, bud_run_at=-1.0, bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_n1=0, bud_r1=0, bud_follows=0)
 
 
 def _found(st: ScopeState, now: float, fast: float, slow: float) -> ScopeState:
@@ -183,14 +192,7 @@ def _spent(st: ScopeState, refused: bool, sent: float) -> ScopeState:
     if streak < TURN:
         return st
     # the period turned: refusals ended at once; a period is known from the turn seen before
-    period = st.bud_period
-    if st.bud_seen >= 0 and at > st.bud_seen:
-        span = at - st.bud_seen
-        if period <= 0:
-            period = span
-        else:  # turns missed in between (an idle scope) count as whole periods
-            k = max(1, round(span / period))
-            period = (period + span / k) / 2
+    period = _measured(st.bud_period, st.bud_seen, at)
     mode = PACING if period > 0 and st.bud_size > 0 else COUNTING
     said = f"≈ {st.bud_size:.0f} per {_span(period)}" if mode == PACING else f"≈ {st.bud_size:.0f} a period"
     return _rep(st, bud_mode=mode, bud_start=at, bud_ok=streak, bud_refused=-1.0, bud_streak=0,
@@ -215,19 +217,49 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
             st = _rep(st, bud_seen=st.bud_start, bud_fresh=False)
     if st.bud_run_at >= 0 and sent > st.bud_slow_at:  # a refusal being judged: answers sent after it
         st = _rep(st, bud_n=st.bud_n + 1, bud_r=st.bud_r + refused)
+        if not refused and st.bud_streak_at < st.bud_run_at:  # the first success since the refusal
+            st = _rep(st, bud_streak_at=sent)
         if st.bud_r >= RUN_SHARE * JUDGE:  # it goes on refusing: the budget is spent
             return _judged_spent(st, sent), True
         if st.bud_n >= JUDGE:  # it stopped refusing
-            if st.bud_run_ok >= FULL * st.bud_size:  # at the budget's edge: the period turned meanwhile
-                st = _rep(st, limit=st.bud_limit0, backoff=st.bud_backoff0, sig_sent=-1.0, sig_ok=0, bud_clean=0)
+            back = {"limit": st.bud_limit0, "backoff": st.bud_backoff0, "sig_sent": -1.0, "sig_ok": 0, "bud_clean": 0}
+            if st.bud_mode == PACING and st.bud_run_ok < half:  # the period expected had not turned yet
+                st = _rep(_rephased(st), **back)
+            elif st.bud_run_ok >= FULL * st.bud_size:  # at the budget's edge: the period turned meanwhile
+                st = _rep(st, **back)
             return _rep(st, bud_run_at=-1.0, bud_n=0, bud_r=0), False  # (else a rate limit's refusal, the adaptation's)
         return st, False
     if refused and st.bud_run_at < 0:
         early = st.bud_mode == PACING and now - st.bud_start < st.bud_period / 4
         if st.bud_mode == COUNTING or st.bud_ok >= half or st.bud_size <= 0 or early:
             return _rep(st, bud_run_at=sent, bud_slow_at=now, bud_run_ok=st.bud_ok, bud_n=0, bud_r=0,
-                        bud_limit0=st.limit, bud_backoff0=st.backoff), False  # fmt: skip
+                        bud_limit0=st.limit, bud_backoff0=st.backoff, bud_streak_at=-1.0), False  # fmt: skip
     return st, False  # far under the budget: a rate limit on top (the adaptation's)
+
+
+def _rephased(st: ScopeState) -> ScopeState:
+    """A refusal early in an expected period, then successes: the period turned between them, a
+    little later than expected. That is a turn seen: the period is measured again from it, the
+    current one starts there, and the one before, which was refused at its end, was full: the
+    budget is at most what it let through, and it does not grow next."""
+    at = (st.bud_run_at + st.bud_streak_at) / 2 if st.bud_streak_at > st.bud_run_at else st.bud_run_at
+    period = _measured(st.bud_period, st.bud_seen, at)
+    size = min(st.bud_size, float(st.bud_last)) if st.bud_last > 0 else st.bud_size
+    return _rep(st, bud_start=at, bud_seen=at, bud_period=period, bud_size=size, bud_ok=st.bud_n - st.bud_r,
+                bud_exact=True, bud_fresh=False,
+                cause=f"the period turned {st.bud_start + st.bud_period - at:+.1f}s from when expected: "
+                      f"budget ≈ {size:.0f} per {_span(period)}", cause_kind=Cause.BUDGET)  # fmt: skip
+
+
+def _measured(period: float, seen: float, at: float) -> float:
+    """The period, measured again from a turn seen at ``at`` (the last one seen: ``seen``); turns
+    missed in between (an idle scope) count as whole periods."""
+    if seen < 0 or at <= seen:
+        return period
+    span = at - seen
+    if period <= 0:
+        return span
+    return (period + span / max(1, round(span / period))) / 2
 
 
 def _judged_spent(st: ScopeState, sent: float) -> ScopeState:

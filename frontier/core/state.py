@@ -62,11 +62,14 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     bud_exact: bool = False  # the current period began at a turn seen (its count is the site's)
     bud_ok: int = 0  # successes in the current period
     bud_clean: int = 0  # periods in a row that used their budget without a refusal
+    bud_last: int = 0  # successes in the period before the current one
     bud_refused: float = -1.0  # when the current period first refused (< 0: not yet)
     bud_streak: int = 0  # successes in a row
     bud_streak_at: float = -1.0  # dispatch time of the first of them
     bud_run_at: float = -1.0  # dispatch time of the first refusal of a run being judged (< 0: none)
     bud_run_ok: int = 0  # successes of the period before that run
+    bud_follows: int = 0  # halvings of the sending rate in this run at which the accepted rate fell too
+    bud_run_gap: float = 0.0  # the sending interval when the run began (judged again at twice it)
     bud_n1: int = 0  # responses to requests sent since the run began, before it slowed down...
     bud_r1: int = 0  # ...and how many of them were refused
     bud_slow_at: float = -1.0  # when the scope got down to half the rate the run began at (< 0: not yet)
@@ -124,4 +127,4 @@ class Decision:
     """When the scope may send next. ``at`` is None when only feedback (or resume) can free it."""
 
     at: float | None
-    reason: str  # ready | delay | floor | backoff | trouble | gate | quota | ratelimit | concurrency
+    reason: str  # ready | delay | floor | backoff | trouble | gate | quota | ratelimit | budget | concurrency

@@ -31,6 +31,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -285,6 +286,20 @@ class Cluster:
         else:
             links.pop(address, None)
         self._write_control(proxy)
+
+    @staticmethod
+    def run_for(seconds: float, poll: Callable[[], object], done: Callable[[], bool] | None = None,
+                stack: Stack | None = None) -> None:  # fmt: skip
+        """Let the crawl run for ``seconds`` (the scenario's own wait), calling ``poll`` (and
+        checking that ``stack``'s processes live, when given); over early once ``done`` holds."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if stack is not None:
+                stack.check_alive()
+            poll()
+            if done is not None and done():
+                return
+            time.sleep(0.05)
 
     def every_link(self, **params: Any) -> None:
         """The same faults on every proxied link (every broker's and the sites')."""

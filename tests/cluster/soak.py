@@ -50,6 +50,7 @@ KINDS: dict[str, tuple[Limits, float]] = {
     "latency": (Limits("latency"), 3.0),
     "daily_quota": (Limits("daily_quota", quota=40, window=20.0), 2.0),
 }
+BROKER_STALL = 330.0  # seconds after a broker fault in which its partitions' stalls explain refetches
 SHARE = 0.8  # of what each site allows, over the soak: faults slow the crawl, and it must end
 
 
@@ -60,7 +61,17 @@ class Fault:
     end: float = 0.0
 
     def in_flight(self, hit: Hit) -> bool:
-        return hit.start < self.start and (hit.end == 0.0 or hit.end > self.start - 1.0)
+        """Whether ``hit`` (the first of two fetches of a page) is explained by this fault: it was
+        in flight when the fault struck; after a broker fault, any fetch until ``BROKER_STALL``
+        past its end (a partition the broker led may take writes again only minutes later, until
+        the brokers' leader rebalance, and its leases' feedback comes too late: docs/GUARANTEES.md)."""
+        if hit.start < self.start and (hit.end == 0.0 or hit.end > self.start - 1.0):
+            return True
+        return self.broker and self.start - 1.0 <= hit.start <= self.end + BROKER_STALL
+
+    @property
+    def broker(self) -> bool:
+        return "broker" in self.name or (self.name[:1] == "k" and "partitioned" in self.name)
 
 
 @dataclass
@@ -72,10 +83,7 @@ class Soak:
     poll: Callable[[], None] = lambda: None
 
     def wait(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            self.poll()
-            time.sleep(0.2)
+        self.cluster.run_for(seconds, self.poll)
 
     def strike(self) -> Fault:
         """One random fault, from start to heal."""
@@ -129,7 +137,7 @@ class Soak:
             self.wait(rng.uniform(3, 10))
             c.link(f"k{i}")
         else:
-            proxy = rng.choice(list(c._links))
+            proxy = rng.choice(list(c.proxies))  # the proxies' names: k1.., sites
             fault = Fault(f"latency spike on {proxy}'s link", now)
             c.link(proxy, delay=0.3, jitter=0.1)
             self.wait(rng.uniform(10, 25))

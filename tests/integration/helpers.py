@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +22,22 @@ def submit(stack: Stack, urls: list[str]) -> None:
     for url in urls:
         producer.produce(stack.topics.urls, json.dumps({"url": url}).encode())
     assert producer.flush(30) == 0
+
+
+def status_saying(stack: Stack, words: str, timeout: float) -> str:
+    """``crawl-frontier status`` run until its output says ``words`` (the crawl's processes must
+    live meanwhile); that output."""
+    out = [""]
+
+    def says() -> bool:
+        stack.check_alive()
+        run = subprocess.run([sys.executable, "-m", "frontier.cli", "--config", str(stack.config_path), "status"],
+                             capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
+        out[0] = run.stdout
+        return run.returncode == 0 and words in run.stdout
+
+    wait_until(says, timeout=timeout, interval=1.0, what=f"status to say {words!r}")
+    return out[0]
 
 
 class Pages:

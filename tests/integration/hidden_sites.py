@@ -40,6 +40,11 @@ class Limits:
     window_count: int = 0
     first_page: float = 0.0
     day_count: int = 0
+    epoch: float = 0.0  # staged: when period 0 began (the crawler is not told)
+    retry_last: bool = False  # staged: the last stage's 429s carry Retry-After until the period turns
+    served: int = 0  # staged: requests served in the current period...
+    period: int = -1  # ...which is this one
+    periods: dict[int, list[int]] = field(default_factory=dict)  # staged: period -> [served, refused]
     active_log: list[tuple[float, int]] = field(default_factory=list)
 
 
@@ -157,6 +162,34 @@ class HiddenLimitFleet(SiteFleet):
     async def _latency(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
         # the more requests in progress, the slower each one: 0.1 s alone, +0.15 s per extra
         await asyncio.sleep(0.1 + 0.15 * (site.active - 1))
+        return web.Response(text=self.html(request), content_type="text/html")
+
+    async def _staged(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:
+        """Seed 003 on a clock: fixed periods of ``window`` seconds from ``epoch``, ``quota``
+        requests served per period before any is refused; past it 50 % of requests get a 429, past
+        1.5 times 75 %, past twice all of them (``retry_last``: with Retry-After until the period
+        turns). ``rate`` > 0: a token bucket on top, answering a bare 429 first."""
+        await asyncio.sleep(site.latency)
+        k = math.floor((now - lim.epoch) / lim.window)
+        if k != lim.period:
+            lim.period, lim.served, lim.day_count = k, 0, 0
+        tally = lim.periods.setdefault(k, [0, 0])
+        if lim.rate > 0 and take_token(lim, now) is not None:
+            tally[1] += 1
+            return web.Response(status=429)
+        lim.day_count += 1
+        n, q = lim.served, lim.quota
+        share = 1.0 if n >= 2 * q else 0.75 if n >= 1.5 * q else 0.5 if n >= q else 0.0
+        if lim.day_count % 4 < share * 4:
+            tally[1] += 1
+            if lim.retry_last and share == 1.0:
+                turn = lim.epoch + (k + 1) * lim.window
+                seconds = max(1, math.ceil(turn - now))
+                lim.blocked_until = max(lim.blocked_until, now + seconds)
+                return web.Response(status=429, headers={"Retry-After": str(seconds)})
+            return web.Response(status=429)
+        lim.served += 1
+        tally[0] += 1
         return web.Response(text=self.html(request), content_type="text/html")
 
     async def _daily_quota(self, site: Site, lim: Limits, request: web.Request, now: float) -> web.Response:

@@ -2,9 +2,12 @@
 rejected with a reason, and politeness judged by the servers' own request logs."""
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from confluent_kafka import Producer
+from warcio.archiveiterator import ArchiveIterator
 
 from frontier.demo.sites import SiteFleet
 from frontier.demo.stack import Stack, TopicReader, read_pages, read_rejected, wait_until
@@ -92,6 +95,22 @@ def test_crawl_exactly_once_politely(bootstrap: str, tmp_path: Path) -> None:
             )
             assert site.max_active <= conc, f"{site.host}: {site.max_active} concurrent > {conc}"
         assert fleet.site(c).max_active == 2, "the slow site should use its 2 slots"
+
+        # the same pages as WARC files (`crawl-frontier pages --warc DIR`), read back with warcio
+        warc_dir = tmp_path / "warc"
+        run = subprocess.run([sys.executable, "-m", "frontier.cli", "--config", str(stack.config_path), "pages",
+                              "--warc", str(warc_dir), "--idle", "3"],
+                             capture_output=True, text=True, timeout=120, check=False)  # fmt: skip
+        assert run.returncode == 0, run.stderr[-2000:]
+        summary = json.loads(run.stdout.strip().splitlines()[-1])
+        assert summary["pages_written"] == len(urls) and summary["warc_files"], summary
+        responses = {}
+        for name in summary["warc_files"]:
+            with open(name, "rb") as fh:
+                for rec in ArchiveIterator(fh, check_digests="raise"):
+                    if rec.rec_type == "response":
+                        responses[rec.rec_headers.get_header("WARC-Target-URI")] = rec.content_stream().read()
+        assert sorted(responses) == sorted(urls) and all(b"<html" in body for body in responses.values())
     finally:
         stack.stop_all()
         fleet.stop()

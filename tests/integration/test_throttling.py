@@ -13,13 +13,12 @@ Sites (THROTTLING.md v2 §3, §4, §9):
 
 import itertools
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 from confluent_kafka import Producer
 
 from frontier.demo.stack import Stack, TopicReader, read_pages, wait_until
+from tests.integration.helpers import status_saying
 from tests.integration.hidden_sites import HiddenLimitFleet, Hit, Limits
 
 WARMUP = 20.0  # seconds after a site's first page before its rate is judged (§3: "after the first 20 s")
@@ -95,17 +94,7 @@ def test_one_configuration_for_every_site(bootstrap: str, tmp_path: Path) -> Non
                 pages[p.url] = p.outcome
             return len(pages) >= len(urls)
 
-        status_out: list[str] = []
-
-        def status_shows_a_learned_limit() -> bool:
-            stack.check_alive()
-            run = subprocess.run([sys.executable, "-m", "frontier.cli", "--config", str(stack.config_path), "status"],
-                                 capture_output=True, text=True, timeout=60, check=False)  # fmt: skip
-            status_out[:] = [run.stdout]
-            return run.returncode == 0 and "limit ≈" in run.stdout
-
-        wait_until(status_shows_a_learned_limit, timeout=90, interval=1.0, what="status to show a learned limit")
-        print(status_out[0])
+        print(status_saying(stack, "limit ≈", timeout=90))
         wait_until(all_done, timeout=180, interval=0.5, what="every URL fetched or reported")
     finally:
         if reader is not None:
