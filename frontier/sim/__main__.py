@@ -12,7 +12,8 @@ from frontier.sim.grid import LATENCIES, RATES, SIGNALS, Row, kinds, token_bucke
 def _line(row: Row) -> str:
     r = row.result
     rec = f"{r.recovery:.1f}" if r.recovery is not None else "-"
-    return (f"| {row.scenario} | {r.share * 100:.0f} % | {r.limit_share * 100:.1f} % | {r.inside_windows} | "
+    share = row.detail or f"{r.share * 100:.0f} %"  # budgets: per period, of what it serves before refusing
+    return (f"| {row.scenario} | {share} | {r.limit_share * 100:.1f} % | {r.inside_windows} | "
             f"{r.under_floor} | {rec} | {row.required} | {'yes' if row.met else '**no**'} |")  # fmt: skip
 
 
