@@ -130,6 +130,7 @@ class LocalKafka:
     host: str = "127.0.0.1"
     controller_host: str = ""
     advertised: str = ""
+    settings: tuple[str, ...] = ()  # further server.properties lines ("key=value"), written last
 
     @property
     def bootstrap(self) -> str:
@@ -186,6 +187,7 @@ class LocalKafka:
             "num.partitions=8",
             "log.cleaner.dedupe.buffer.size=16777216",
             "auto.create.topics.enable=false",
+            *self.settings,
         ]
         return "\n".join(lines) + "\n"
 

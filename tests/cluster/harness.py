@@ -39,6 +39,11 @@ from typing import Any
 from deploy.kafka import LocalKafka, _cluster_id
 from frontier.demo.stack import Stack
 
+# After a broker is cut off and comes back, one partition it led may take writes again only at the
+# brokers' next preferred-leader rebalance (measured: 4-5 minutes with the default 300 s check;
+# the cause is not known yet, docs/GUARANTEES.md). The harness checks every 30 s, as an operator
+# can; the stall is then at most that long.
+BROKER_SETTINGS = ("leader.imbalance.check.interval.seconds=30",)
 NET = "198.18"  # RFC 2544 (198.18.0.0/15): reserved for network tests
 ROOT_ADDR = f"{NET}.0.1"
 BROKER_PORT, CONTROLLER_PORT = 9092, 9093
@@ -184,7 +189,7 @@ class Cluster:
                 home=self.workdir / f"kafka-{i}", port=BROKER_PORT, controller_port=CONTROLLER_PORT, heap=self.heap,
                 node_id=i, voters=voters, cluster_id=cid, replication=min(3, self.brokers), netns=node.ns,
                 host="127.0.0.1" if self.proxied else node.addr, controller_host=node.addr,
-                advertised=f"{node.addr}:{BROKER_PORT}",
+                advertised=f"{node.addr}:{BROKER_PORT}", settings=BROKER_SETTINGS,
             ))  # fmt: skip
         procs = [k.start() for k in self.kafka]
         for k, proc in zip(self.kafka, procs, strict=True):

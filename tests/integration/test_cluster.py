@@ -234,7 +234,7 @@ def test_slow_lossy_links_everywhere(tmp_path: Path) -> None:
     """50 ms ± 20 ms on every link (each way, every broker's and every site's) and 1 % of new
     connections reset, for a whole crawl: it completes, politely, nothing lost or published twice."""
     started = time.monotonic()
-    with crawling(tmp_path, first_octet=201, pages=45, frontiers=1) as crawl:
+    with crawling(tmp_path, first_octet=201, pages=30, frontiers=1) as crawl:
         begun = time.time()
         crawl.cluster.every_link(delay=0.05, jitter=0.02, drop=0.01)
         crawl.during(FAULT)  # a first part of the crawl through the slow links; the rest below
@@ -244,15 +244,15 @@ def test_slow_lossy_links_everywhere(tmp_path: Path) -> None:
 
 
 def test_a_short_chaos_soak(tmp_path: Path) -> None:
-    """The chaos soak (tests/cluster/soak.py) for 1.6 minutes, seed 4: kill -9 of a worker at
-    about 44 s, then of a frontier instance at about 88 s (each restarted), over every kind of
-    test site with the defaults. Nothing lost or published twice, no request inside a window or
-    under a Crawl-delay, one request at a time per host, every page fetched twice explained by a
-    request in flight at a fault. (The 30-minute run: docs/GUARANTEES.md.)"""
-    report = soak.run(tmp_path / "soak", minutes=1.6, seed=4)
+    """The chaos soak (tests/cluster/soak.py) for a minute, seed 1: kill -9 of a worker at about
+    38 s (restarted), over every kind of test site with the defaults. Nothing lost or published
+    twice, no request inside a window or under a Crawl-delay, one request at a time per host,
+    every page fetched twice explained by a request in flight at a fault. (The 30-minute run:
+    docs/GUARANTEES.md.)"""
+    report = soak.run(tmp_path / "soak", minutes=1.0, seed=1)
     print(json.dumps(report))
     problems = [k for k in ("lost", "violations", "published_twice") if report[k]]
     problems += ["over_concurrency"] if report["over_concurrency"] else []
     problems += ["fetched_twice unexplained"] if report["fetched_twice"].get("unexplained") else []
-    assert len(report["faults"]) == 2, report["faults"]  # the seed's faults were struck
+    assert len(report["faults"]) == 1, report["faults"]  # the seed's fault was struck
     assert not problems, (problems, report)
