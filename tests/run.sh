@@ -20,35 +20,39 @@ fi
 if [ "$#" -gt 0 ]; then  # a selection: one pytest run
   exec .venv/bin/python -m pytest -q --durations=30 "$@"
 fi
-# Everything, in two groups at once (each with its own local Kafka broker): the unit tests and the
-# CPU-bound programs (benchmark smoke runs, Scrapy, the URLFrontier suite, the three-minute retry
-# and budget crawls, the crawls' tests: about as long as the other group), and the other
-# integration tests. CI must stay under 30 minutes; one group alone took 25 (2 cores).
+# Everything, in two phases of two lanes each (each lane a pytest process with its own local Kafka
+# broker; 2 cores). CI must stay under 30 minutes: one lane alone took 25.
+#  1. the tests that judge rates, freezes and timings: split in two lanes of about 13 minutes;
+#  2. the cluster on one machine (network namespaces, as root, three brokers; its tests and a short
+#     chaos soak), beside the tests no load can fail: the pure unit tests, the benchmark programs'
+#     smoke runs and the functional integration tests. (Run beside phase 1, the cluster's load
+#     failed the rate and pause tests: measured.)
 logs=$(mktemp -d)
-SLOW=(tests/integration/test_benchmarks.py tests/integration/test_scrapy.py tests/integration/test_scrapy_edges.py
-      tests/integration/test_urlfrontier.py tests/integration/test_retries.py tests/integration/test_budgets.py
-      tests/integration/test_crawls.py)
-# the cluster on one machine (network namespaces, as root, three brokers; its tests and a short
-# chaos soak): alone, once both groups are over (run beside them, its load failed the rate and
-# pause tests: measured)
-CLUSTER=(tests/integration/test_cluster.py)
-# the tests most sensitive to a loaded machine (rates reached, freezes) run last, once the first
-# group (about 10 minutes) is over
-LAST=(tests/integration/test_throttling.py tests/integration/test_pauses.py)
-rest=()
-for f in tests/integration/test_*.py; do
-  case " ${SLOW[*]} ${LAST[*]} ${CLUSTER[*]} " in *" $f "*) ;; *) rest+=("$f") ;; esac
+I=tests/integration
+TIMED_A=($I/test_retries.py $I/test_budgets.py $I/test_crawls.py $I/test_scrapy.py $I/test_scrapy_edges.py
+         $I/test_urlfrontier.py $I/test_worker_api.py)
+TIMED_B=($I/test_pauses.py $I/test_throttling.py $I/test_broker.py $I/test_failures.py $I/test_restart.py)
+CLUSTER=($I/test_cluster.py)
+listed=" ${TIMED_A[*]} ${TIMED_B[*]} ${CLUSTER[*]} "
+beside=()  # every other integration test file: phase 2, beside the cluster
+for f in $I/test_*.py; do
+  case "$listed" in *" $f "*) ;; *) beside+=("$f") ;; esac
 done
-.venv/bin/python -m pytest -q --durations=20 -p no:cacheprovider tests/test_*.py "${SLOW[@]}" \
-  >"$logs/a.log" 2>&1 &
-a=$!
-.venv/bin/python -m pytest -q --durations=30 -p no:cacheprovider "${rest[@]}" "${LAST[@]}" >"$logs/b.log" 2>&1 &
-b=$!
+run() {  # run LOG ARGS...: one lane
+  local log=$1; shift
+  .venv/bin/python -m pytest -q --durations=20 -p no:cacheprovider "$@" >"$logs/$log" 2>&1
+}
 status=0
+run a.log "${TIMED_A[@]}" & a=$!
+run b.log "${TIMED_B[@]}" & b=$!
 wait "$a" || status=1
 wait "$b" || status=1
-.venv/bin/python -m pytest -q --durations=10 -p no:cacheprovider "${CLUSTER[@]}" >"$logs/c.log" 2>&1 || status=1
-echo "== unit tests and the slow programs"; cat "$logs/a.log"
-echo "== integration tests"; cat "$logs/b.log"
+run c.log "${CLUSTER[@]}" & c=$!
+run d.log tests/test_*.py "${beside[@]}" & d=$!
+wait "$c" || status=1
+wait "$d" || status=1
+echo "== timed tests, lane A"; cat "$logs/a.log"
+echo "== timed tests, lane B"; cat "$logs/b.log"
 echo "== the cluster on one machine"; cat "$logs/c.log"
+echo "== unit tests, benchmark smoke runs, functional integration tests"; cat "$logs/d.log"
 exit "$status"

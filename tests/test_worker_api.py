@@ -1,6 +1,7 @@
 """The worker API without a broker: the same jobs, against the same real local server, fetched by
 the built-in fetcher and by each example's HTTP client (requests on a thread, httpx, urllib),
-give the same feedback (outcome, status, error, throttling headers; latencies within 25 ms), and
+give the same feedback (outcome, status, error, throttling headers; latencies at least the server's
+own wait and at most 200 ms above it: a thread pool's first start on a loaded machine took 27 ms), and
 that feedback moves the throttling policy exactly as the built-in's does. Also: the reports'
 contracts (one report per job, skip and release, an exception in user code, a job never
 reported), the default send time, and ``--fetcher`` loading.
@@ -115,8 +116,9 @@ async def test_user_fetchers_report_what_the_built_in_reports_and_move_the_polic
     assert state.gate_until > 0 and state.backoff > 0  # the 429 and the 503 did move it
     for name, got in users.items():
         assert [said(fb) for fb in got] == expected, name
-        for fb in got:
-            assert abs(fb.latency - latencies[fb.lease]) < 0.025, (name, fb.lease, fb.latency, latencies[fb.lease])
+        for fb in got + builtin:
+            wait = ROUTES[fb.lease][2]
+            assert wait <= fb.latency < wait + 0.2, (name, fb.lease, fb.latency, wait)
             assert 0 < fb.sent_at <= fb.done_at, (name, fb)
         assert replay(got, latencies) == state, name
 
