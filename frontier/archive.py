@@ -16,6 +16,9 @@ What a page record does not carry is said, not invented:
   client decodes it), so ``Content-Encoding``, ``Transfer-Encoding`` and ``Content-Length``
   are kept as ``X-Crawler-*`` and ``Content-Length`` is the body's, as web archives do for
   decoded payloads;
+- a revisit that found the page unchanged (``Page.unchanged``: a 304, or the same body digest)
+  becomes a ``revisit`` record (WARC/1.1's ``server-not-modified`` or ``identical-payload-digest``
+  profile) after its request, with no body;
 - pages that were not fetched (``error``, ``disallowed``, ``skipped``) have no HTTP exchange to
   record: they are counted, not written.
 """
@@ -64,7 +67,7 @@ class WarcFiles:
             self.skipped += 1
             return False
         writer = self._current()
-        request, response = self._records(writer, page)
+        request, response = self._records(writer, page) if not page.unchanged else self._revisit(writer, page)
         writer.write_record(request)
         writer.write_record(response)
         self.written += 1
@@ -124,6 +127,27 @@ class WarcFiles:
                                              warc_headers_dict=extra)  # fmt: skip
         request.rec_headers.add_header("WARC-Concurrent-To", response.rec_headers.get_header("WARC-Record-ID"))
         return request, response
+
+    def _revisit(self, writer: WARCWriter, page: Page) -> tuple[object, object]:
+        """An unchanged revisit (no body kept): its request and a ``revisit`` record, profile
+        ``server-not-modified`` for a 304, ``identical-payload-digest`` for a body the same as the
+        last one's (``WARC-Payload-Digest``: that body's; no earlier record is named, the writer
+        may not have seen it)."""
+        request, response = self._records(writer, page)
+        same_body = page.status != 304 and page.digest.startswith("sha1:")
+        profile = "identical-payload-digest" if same_body else "server-not-modified"
+        headers = {"WARC-Date": response.rec_headers.get_header("WARC-Date"),  # type: ignore[attr-defined]
+                   "WARC-Concurrent-To": request.rec_headers.get_header("WARC-Record-ID"),  # type: ignore[attr-defined]
+                   "WARC-Profile": f"http://netpreserve.org/warc/1.1/revisit/{profile}",
+                   "WARC-Refers-To-Target-URI": page.url}  # fmt: skip
+        if same_body:
+            headers["WARC-Payload-Digest"] = page.digest
+        http = response.http_headers  # type: ignore[attr-defined]
+        http.remove_header("Content-Length")
+        revisit = writer.create_warc_record(page.url, "revisit", payload=io.BytesIO(b""), length=0, http_headers=http,
+                                            warc_headers_dict=headers)  # fmt: skip
+        request.rec_headers.replace_header("WARC-Concurrent-To", revisit.rec_headers.get_header("WARC-Record-ID"))  # type: ignore[attr-defined]
+        return request, revisit
 
 
 def _warc_date(epoch: float) -> str:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from frontier.client import FrontierClient, SubmitError, read_lines, submission_value
 from frontier.config import Config, ConfigError, load
+from frontier.core import revisit
 from frontier.kafka import Kafka, KafkaUnreachable
 from topics.schemas import DEFAULT_CRAWL, ControlCommand, Page, valid_crawl
 
@@ -117,6 +118,19 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _revisit(text: str) -> float | str | list[float]:
+    """``--revisit``: seconds, ``adaptive`` or ``MIN:MAX`` seconds (a clear error otherwise)."""
+    try:
+        spec: float | str | list[float] = (
+            text if text == "adaptive" else [float(v) for v in text.split(":")] if ":" in text else float(text)
+        )
+        revisit.bounds(spec)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r}: {exc}" if "revisit" in str(exc) else
+                                         f"{text!r}: seconds, 'adaptive' or MIN:MAX seconds") from None  # fmt: skip
+    return spec
+
+
 def _read_urls(args: argparse.Namespace) -> Iterator[bytes]:
     for url in args.urls:
         yield url.encode()
@@ -150,7 +164,9 @@ def cmd_submit(args: argparse.Namespace, forget: bool = False) -> int:
     client = _client(args)
     follow, recrawl = getattr(args, "follow", 0), getattr(args, "recrawl", False)
     try:
-        count = client.submit_lines(_progress(_read_urls(args)), follow=follow, recrawl=recrawl, forget=forget)
+        count = client.submit_lines(_progress(_read_urls(args)), follow=follow, recrawl=recrawl, forget=forget,
+                                    revisit=getattr(args, "revisit", 0.0),
+                                    sitemap=getattr(args, "sitemap", False))  # fmt: skip
     except SubmitError:
         if not client.kafka.reachable(CHECK_TIMEOUT):  # the broker went away on the way
             raise KafkaUnreachable(client.kafka.bootstrap, "lost while submitting") from None
@@ -401,6 +417,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("urls", nargs="*")
     s.add_argument("--file", "-f", help="file with one URL or JSON submission per line ('-' for stdin)")
     s.add_argument("--follow", type=int, default=0, help="follow same-site links this many levels deep")
+    s.add_argument("--revisit", type=_revisit, default=0.0, metavar="SECONDS|adaptive|MIN:MAX",
+                   help="fetch again this long after each fetch; 'adaptive' or MIN:MAX seconds: an interval that "
+                        "follows the page's changes (conditional requests; followed links inherit it)")  # fmt: skip
+    s.add_argument("--sitemap", action="store_true",
+                   help="the URLs are sitemaps (XML, index, gzip or text; a site's root: its robots.txt's "
+                        "Sitemap lines): fetched as throttled jobs, the URLs they list submitted (--revisit passes "
+                        "on)")  # fmt: skip
     s.add_argument("--recrawl", action="store_true",
                    help="crawl again even if seen before (not twice while still queued or in flight)")  # fmt: skip
     s.add_argument("--crawl", type=_crawl_name, default=None,

@@ -130,7 +130,7 @@ class FrontierClient:
         scopes: Iterable[str] = (),
         meta: dict[str, Any] | None = None,
         follow: int = 0,
-        revisit: float = 0.0,
+        revisit: float | str | list[float] = 0.0,
         recrawl: bool = False,
         flush: bool = True,
         crawl: str | None = None,
@@ -140,9 +140,11 @@ class FrontierClient:
         ``priority``: higher first within a host. ``scopes``: extra throttling scopes (e.g.
         ``["api"]``, qualified by each URL's registrable domain). ``meta`` comes back on the page.
         ``follow``: same-site link levels to follow. ``revisit``: seconds after a fetch when the
-        URL is due again (0: fetch once). ``recrawl``: queue the URLs even if they were crawled
-        before (a URL still queued or in flight is not queued twice). ``crawl``: the crawl they
-        belong to (default: the client's); their follow-ups and pages stay in it. Invalid URLs are not
+        URL is due again (0: fetch once), or an interval that follows the page's changes:
+        ``"adaptive"`` (an hour to 30 days) or ``[min, max]`` seconds; followed links inherit it.
+        ``recrawl``: queue the URLs even if they were crawled before (a URL still queued or in
+        flight is not queued twice). ``crawl``: the crawl they belong to (default: the client's);
+        their follow-ups and pages stay in it. Invalid URLs are not
         refused here: the router puts them on ``crawl.rejected`` with the reason, as for any producer.
         With ``flush`` (default) this waits until Kafka acknowledged every record and raises
         :class:`SubmitError` if any failed.
@@ -163,13 +165,15 @@ class FrontierClient:
 
     def submit_lines(
         self, lines: Iterable[bytes], *, follow: int = 0, recrawl: bool = False, forget: bool = False,
-        flush: bool = True,
+        flush: bool = True, revisit: float | str | list[float] = 0.0, sitemap: bool = False,
     ) -> int:  # fmt: skip
         """Publish lines as ``crawl-frontier submit`` takes them (arguments, or a file's lines from
         :func:`read_lines`): each a URL or a :class:`Submission` JSON object, with the options of
         :func:`submission_value`; return how many were published. ``flush`` as for :meth:`submit`."""
         crawl = self.crawl_name
-        values = (submission_value(line, follow=follow, recrawl=recrawl, forget=forget, crawl=crawl) for line in lines)
+        values = (submission_value(line, follow=follow, recrawl=recrawl, forget=forget, crawl=crawl, revisit=revisit,
+                                   sitemap=sitemap)
+                  for line in lines)  # fmt: skip
         return self._submit(values, flush)
 
     def _submit(self, values: Iterable[bytes], flush: bool) -> int:
@@ -389,11 +393,12 @@ def read_lines(fh: IO[bytes]) -> Iterator[bytes]:
 
 
 def submission_value(
-    line: bytes, *, follow: int = 0, recrawl: bool = False, forget: bool = False, crawl: str = DEFAULT_CRAWL
-) -> bytes:
+    line: bytes, *, follow: int = 0, recrawl: bool = False, forget: bool = False, crawl: str = DEFAULT_CRAWL,
+    revisit: float | str | list[float] = 0.0, sitemap: bool = False,
+) -> bytes:  # fmt: skip
     """The ``crawl.urls`` record for one URL or JSON submission given on the command line or in a
-    file, with the options added. ``follow`` applies to bare URLs only (a JSON submission says
-    its own); ``recrawl`` and ``forget`` apply to every line, JSON objects included, so a forget
+    file, with the options added. ``follow``, ``revisit`` and ``sitemap`` apply to bare URLs only
+    (a JSON submission says its own); ``recrawl`` and ``forget`` apply to every line, JSON objects included, so a forget
     never goes out as a plain submission; ``crawl`` to every line that does not name its own. A
     line that is not a JSON object goes as a URL (the
     router rejects what is not one, with the reason)."""
@@ -408,6 +413,10 @@ def submission_value(
             return line  # not JSON: the router rejects it
         return json.dumps({**named, **obj, **flags}).encode() if isinstance(obj, dict) else line
     extra: dict[str, Any] = {"follow": follow} if follow else {}
+    if revisit:
+        extra["revisit"] = revisit
+    if sitemap:
+        extra["sitemap"] = True
     extra.update(named)
     if not flags and not extra:
         return line

@@ -30,7 +30,7 @@ fi
 logs=$(mktemp -d)
 I=tests/integration
 TIMED_A=($I/test_retries.py $I/test_budgets.py $I/test_crawls.py $I/test_scrapy.py $I/test_scrapy_edges.py
-         $I/test_urlfrontier.py $I/test_worker_api.py)
+         $I/test_urlfrontier.py $I/test_worker_api.py $I/test_revisits.py)
 TIMED_B=($I/test_pauses.py $I/test_throttling.py $I/test_broker.py $I/test_failures.py $I/test_restart.py)
 CLUSTER=($I/test_cluster.py)
 listed=" ${TIMED_A[*]} ${TIMED_B[*]} ${CLUSTER[*]} "

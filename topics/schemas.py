@@ -65,7 +65,9 @@ class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True, omit
     redirects: int = 0  # redirect hops that led here
     cost: float = 1.0  # quota units this URL consumes in each of its scopes
     autothrottle: bool = True  # False: this URL's latency must not move the AutoThrottle delay
-    revisit: float = 0.0  # seconds after a successful fetch when the URL is due again (0: once)
+    # seconds after a successful fetch when the URL is due again (0: once); or an interval that follows
+    # the page's changes: "adaptive" (an hour to 30 days) or [min, max] seconds (frontier.core.revisit)
+    revisit: float | str | list[float] = 0.0
     recrawl: bool = False  # queue it even if it was seen before (not twice while it is queued or in flight)
     forget: bool = False  # remove it from the seen set instead of queueing it
     crawl: str = DEFAULT_CRAWL  # the crawl it belongs to: its seen set, its workers, its pages (version 3)
@@ -79,6 +81,14 @@ class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True, omit
     # a URLFrontier *known* URL (version 3): epoch seconds from which it may be fetched again (0:
     # never); None: a discovered URL (queued unless known)
     refetch_at: float | None = None
+    # a sitemap (sitemaps.org; or a robots.txt whose Sitemap: lines to read): fetched as a job of its
+    # host, the URLs it lists submitted (workers/api/sitemaps.py). ``sitemap_for``: the registrable
+    # domain whose URLs it may list ("": its own); ``sitemap_depth``: index levels above it
+    sitemap: bool = False
+    sitemap_for: str = ""
+    sitemap_depth: int = 0
+    # an adaptive revisit's first interval, seconds (a sitemap's lastmod or changefreq); 0: the default
+    revisit_first: float = 0.0
 
 
 class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -101,7 +111,16 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     cost: float = 1.0
     adjust: bool = True  # may move the AutoThrottle delay
     attempts: int = 0  # fetch attempts already made (retries of 429 / 5xx / network errors)
-    revisit: float = 0.0  # recrawl interval, seconds (0: fetch once)
+    revisit: float = 0.0  # recrawl interval, seconds (0: fetch once); adaptive: the current one
+    # adaptive revisits (revisit_max > 0): the interval's bounds, seconds (frontier.core.revisit)
+    revisit_min: float = 0.0
+    revisit_max: float = 0.0
+    # a revisit URL's validators from its last fetch: "etag", "last-modified" (sent back as
+    # If-None-Match / If-Modified-Since) and "digest" (of status and body: a change without them)
+    validators: dict[str, str] = msgspec.field(default_factory=dict)
+    # a sitemap job: the registrable domain whose URLs it may list (non-empty: a sitemap), index depth
+    sitemap: str = ""
+    sitemap_depth: int = 0
     canonical: str = ""  # canonical form for the seen-set, when it differs from url
     recrawl: bool = False  # seen-set command from the Submission (never stored on a queued item)
     forget: bool = False  # seen-set command from the Submission: forget the URL, queue nothing
@@ -182,6 +201,10 @@ class Feedback(msgspec.Struct, kw_only=True, omit_defaults=True):
     # outcome "held" (version 3): the job is in a client's hands until then (a URLFrontier GetURLs'
     # delay_requestable); the lease stays open till then, and is handed out again after it
     held_until: float = 0.0
+    # a revisit URL's fetch: its validators now, and whether the page was unchanged since the last
+    # fetch (a 304, or the same digest); the frontier keeps them and moves an adaptive interval
+    validators: dict[str, str] = msgspec.field(default_factory=dict)
+    unchanged: bool = False
 
 
 class FeedbackBatch(msgspec.Struct, kw_only=True):
@@ -206,6 +229,11 @@ class Page(msgspec.Struct, kw_only=True):
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
     worker: str = ""
     crawl: str = DEFAULT_CRAWL  # the crawl of its URL (version 3 when not the default one)
+    # a revisit that found the page as it was (a 304 to a conditional request, or the same content
+    # digest): the record says so, without the body; ``digest``: that body's (WARC's payload-digest
+    # form, after the status when it is not 200), when compared by it
+    unchanged: bool = False
+    digest: str = ""
 
     def __post_init__(self) -> None:
         if self.crawl != DEFAULT_CRAWL and self.v < CRAWLS_VERSION:

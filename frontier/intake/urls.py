@@ -40,6 +40,7 @@ import msgspec
 import tldextract
 from w3lib.url import canonicalize_url, safe_url_string
 
+from frontier.core import revisit
 from frontier.core.robots import agent_token
 from topics.schemas import DEFAULT_CRAWL, Submission, UrlItem, valid_crawl
 
@@ -264,13 +265,27 @@ def valid_scopes(scopes: list[str]) -> list[str]:
 
 
 def item_from_submission(sub: Submission) -> UrlItem:
-    canonical, host = canonicalize(sub.url)
-    given = as_given(sub.url, host)
+    url = sub.url
+    if sub.sitemap and urlsplit(url).path in ("", "/") and not urlsplit(url).query:
+        url = url.split("#", 1)[0].rstrip("/") + "/robots.txt"  # a site's sitemaps: its robots.txt's Sitemap lines
+    canonical, host = canonicalize(url)
+    given = as_given(url, host)
     scopes = valid_scopes(sub.scopes)
     if not (sub.cost >= 0 and sub.cost < 1e12):
         raise Rejection("invalid cost")
-    if not (sub.revisit >= 0 and sub.revisit < 1e9):
-        raise Rejection("invalid revisit interval")
+    try:
+        adaptive = revisit.bounds(sub.revisit)
+    except ValueError as exc:
+        raise Rejection(str(exc)) from None
+    lo, hi = adaptive or (0.0, 0.0)
+    interval = revisit.first_interval(lo, hi) if adaptive else float(sub.revisit)  # type: ignore[arg-type]
+    if adaptive and sub.revisit_first > 0:
+        interval = revisit.clamp(sub.revisit_first, lo, hi)
+    sitemap_for = ""
+    if sub.sitemap:
+        if len(sub.sitemap_for) > 253 or not 0 <= sub.sitemap_depth < 100:
+            raise Rejection("invalid sitemap_for or sitemap_depth")
+        sitemap_for = sub.sitemap_for or registrable_domain(host)
     try:
         crawl = valid_crawl(sub.crawl)
     except ValueError as exc:
@@ -296,7 +311,11 @@ def item_from_submission(sub: Submission) -> UrlItem:
         redirects=max(0, sub.redirects),
         cost=sub.cost,
         adjust=sub.autothrottle,
-        revisit=sub.revisit,
+        revisit=interval,
+        revisit_min=lo,
+        revisit_max=hi,
+        sitemap=sitemap_for,
+        sitemap_depth=sub.sitemap_depth if sub.sitemap else 0,
         recrawl=sub.recrawl,
         forget=sub.forget,
         crawl=crawl,

@@ -21,7 +21,7 @@ from frontier.core.retries import in_outage, retries_left
 from frontier.core.robots import origin
 from frontier.partition.keys import lease_key, queue_id, scope_queue
 from frontier.partition.records import REPORT_KINDS, Dispatch, Lease, Report, encoder, lease_dec, lease_raw_dec
-from frontier.partition.revisits import Revisits
+from frontier.partition.revisits import Revisits, learned
 from frontier.partition.robots import Robots
 from topics.schemas import (
     CRAWLS_VERSION,
@@ -137,7 +137,7 @@ class Leases(Robots, Revisits):
             if item.key and self._decided_while_leased(item):
                 pass  # a client's known update came first: its decision stands
             elif item.revisit > 0:
-                self._schedule_revisit(item, now)
+                self._schedule_revisit(learned(item, fb), now)
             else:
                 self._settle(item, now)  # before the lease goes: a crash between leaves it leased
         event = policy.Done(sent_at=fb.sent_at, done_at=fb.done_at, dispatched_at=lease.dispatched_at, status=fb.status,

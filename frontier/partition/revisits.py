@@ -6,11 +6,30 @@ from __future__ import annotations
 
 import msgspec
 
+from frontier.core import revisit
 from frontier.partition.keys import REVISIT, queue_id, revisit_due_ms, revisit_key, revisit_seen_key, seen_key
 from frontier.partition.records import encoder, item_dec
 from frontier.partition.scopes import Scopes
 from frontier.partition.seen import SEEN_LEGACY, SEEN_OPEN, SEEN_REVISIT, read_seen, seen_value
-from topics.schemas import UrlItem
+from topics.schemas import Feedback, UrlItem
+
+
+def learned(item: UrlItem, fb: Feedback) -> UrlItem:
+    """``item`` as its fetch left it for the next revisit: the validators the worker sent back
+    (kept, bounded, in its ``V`` entry: changelogged), and an adaptive interval moved by what the
+    fetch found (frontier.core.revisit). A fetch that judged nothing (an error) changes nothing."""
+    if not fb.validators:
+        return item
+    interval = item.revisit
+    if item.revisit_max > 0:
+        lo, hi = item.revisit_min, item.revisit_max
+        if not item.validators:  # the first fetch: the page's age, when it says, sets the interval
+            age = revisit.age_of(fb.validators.get("last-modified", ""), fb.sent_at or fb.done_at)
+            interval = revisit.first_interval(lo, hi, age) if age is not None else interval
+        else:
+            interval = revisit.next_interval(item.revisit, lo, hi, changed=not fb.unchanged)
+    validators = {k: v[: revisit.MAX_VALIDATOR_CHARS] for k, v in list(fb.validators.items())[:3]}
+    return msgspec.structs.replace(item, revisit=interval, validators=validators)
 
 
 class Revisits(Scopes):

@@ -7,20 +7,23 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from confluent_kafka import Producer
 
 from frontier.demo.sites import SiteFleet
 from frontier.demo.stack import Stack, TopicReader, read_pages, wait_until
+from topics.schemas import Page
 
 
-def submit(stack: Stack, urls: list[str]) -> None:
-    """Publish ``urls`` unkeyed to crawl.urls, as any user's producer would."""
+def submit(stack: Stack, urls: Sequence[str | dict[str, Any]]) -> None:
+    """Publish ``urls`` (each a URL or a whole submission) unkeyed to crawl.urls, as any user's
+    producer would."""
     producer = Producer(stack.client)
     for url in urls:
-        producer.produce(stack.topics.urls, json.dumps({"url": url}).encode())
+        producer.produce(stack.topics.urls, json.dumps(url if isinstance(url, dict) else {"url": url}).encode())
     assert producer.flush(30) == 0
 
 
@@ -46,10 +49,13 @@ class Pages:
     def __init__(self, stack: Stack) -> None:
         self.stack = stack
         self.urls: list[str] = []
+        self.records: list[Page] = []
         self._reader = TopicReader(stack.client, stack.topics.pages)
 
     def poll(self, timeout: float = 0.2) -> None:
-        self.urls.extend(p.url for p in read_pages(self._reader, timeout))
+        got = read_pages(self._reader, timeout)
+        self.records.extend(got)
+        self.urls.extend(p.url for p in got)
 
     def wait_for(self, count: int, timeout: float, what: str) -> None:
         def enough() -> bool:
@@ -99,8 +105,9 @@ def longest_silence_after(fleet: SiteFleet, t: float) -> float:
 
 @contextmanager
 def crawling(
-    stack: Stack, fleet: SiteFleet, workers: int = 1, concurrency: int = 4, urls: list[str] | None = None
-) -> Iterator[Pages]:
+    stack: Stack, fleet: SiteFleet, workers: int = 1, concurrency: int = 4,
+    urls: Sequence[str | dict[str, Any]] | None = None,
+) -> Iterator[Pages]:  # fmt: skip
     """Topics, one frontier, ``workers`` workers, ``urls`` (default: every fleet URL) submitted;
     yields the page collector and always tears the stack and the fleet down."""
     pages = None

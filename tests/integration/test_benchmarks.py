@@ -13,7 +13,7 @@ TIMEOUT = {"versus_scrapy_spider": 600}  # three crawls of their own, Scrapy pro
 @pytest.mark.parametrize(
     "bench",
     ["kafka_ceiling", "ingest", "dispatch", "crawls", "memory", "scaleout", "versus_scrapy", "versus_scrapy_spider",
-     "floors"],
+     "floors", "revisits"],
 )  # fmt: skip
 def test_benchmark_runs(bootstrap: str, bench: str) -> None:
     run = subprocess.run([sys.executable, "-m", f"tests.bench.{bench}", "--smoke", "--bootstrap", bootstrap],
@@ -28,6 +28,11 @@ def test_benchmark_runs(bootstrap: str, bench: str) -> None:
                    and not f["status_mismatch"] for f in figures), figures  # fmt: skip
     if bench == "floors":  # gaps under the Crawl-delay, as the sites saw them
         assert all(f["under_crawl_delay"] == 0 and f["requests"] > 0 for f in figures), figures
+    if bench == "revisits":  # both schedules on both kinds of site, every page fetched, judged by the site
+        runs = [f for f in figures if f["bench"] == "revisits"]
+        assert sorted((f["validators"], f["schedule"]) for f in runs) == [
+            (False, "adaptive"), (False, "fixed"), (True, "adaptive"), (True, "fixed")], runs  # fmt: skip
+        assert all(f["requests"] >= f["pages"] > 0 for f in runs), runs
     if bench == "versus_scrapy":  # politeness is not a speed figure: the sites' own logs must be clean
         ours = [f for f in figures if f["bench"] == bench and f["crawler"].startswith("kafka-crawl-frontier")]
         assert ours and all(f["gate_violations"] == 0 and f["disallowed_fetched"] == 0 for f in ours)

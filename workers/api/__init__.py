@@ -13,6 +13,7 @@ reports what came of them in the protocol's order (docs/WORKERS.md, docs/PROTOCO
 - ``blocking``    the same for threads and task queues (:class:`BlockingJobs`, :class:`BlockingJob`)
 - ``publishing``  records out, acknowledged: pages, follow-ups, batched feedback, rejections
 - ``followups``, ``links``  what a page leads to: its redirect target and same-site links
+- ``revisits``    a revisit's conditional request and whether it found the page unchanged
 - ``addresses``, ``safety``  address checks: before a hand-over, or at connect time (``SafeConnector``)
 - ``fetch``, ``builtin``  the built-in aiohttp fetcher (:class:`~workers.api.builtin.AiohttpFetcher`):
   the API fetches the kinds user code does not take with it (robots.txt), the project's worker

@@ -59,7 +59,8 @@ class AiohttpFetcher:
             # robots.txt: no redirects followed here: the frontier sends each hop as a job of its own,
             # through the host's throttling (RFC 9309 asks for at least five hops; see frontier.partition)
             return await fetch(self.session(), job.url, job.timeout, job.max_body_bytes, on_sent=on_sent,
-                               on_headers=lambda r: job.answered(r.status, r.headers))  # fmt: skip
+                               on_headers=lambda r: job.answered(r.status, r.headers),
+                               headers=job.conditional_headers)  # fmt: skip
         except Exception as exc:  # reported as an error, never silence (a poison URL)
             log.exception("fetch of %s failed unexpectedly", job.url)
             return FetchResult(sent_at=sent_at, error=f"worker:{type(exc).__name__}")

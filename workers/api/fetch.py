@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -73,6 +73,7 @@ async def fetch(
     max_redirects: int = 0,
     on_sent: Callable[[float], None] | None = None,
     on_headers: Callable[[FetchResult], None] | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> FetchResult:
     """Fetch ``url``; redirects are followed only when ``max_redirects`` > 0 (no caller does:
     robots.txt hops come back as jobs of their own, throttled like any request).
@@ -81,6 +82,7 @@ async def fetch(
     :func:`send_tracer` on the session), and ``on_sent`` is called with that time.
     ``on_headers`` is called with the result as soon as the status and headers are in, before
     the body is read (a worker closes a host's window at once, see :meth:`~workers.api.holding.Holder.answered`).
+    ``headers``: sent with the request (a revisit's conditional headers).
     """
     loop = asyncio.get_running_loop()
     result = FetchResult(sent_at=time.time())
@@ -105,7 +107,7 @@ async def fetch(
     try:
         async with asyncio.timeout(timeout):
             follow = max_redirects > 0
-            async with session.get(url, allow_redirects=follow, max_redirects=max(1, max_redirects),
+            async with session.get(url, allow_redirects=follow, max_redirects=max(1, max_redirects), headers=headers,
                                    trace_request_ctx={"sent": sent, "connected": connection_made}) as resp:  # fmt: skip
                 result.latency = loop.time() - t0  # headers received
                 result.status = resp.status

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from topics.schemas import Job, UrlItem
 from workers.api.outcome import FetchResult, lower_headers
+from workers.api.revisits import conditional_headers
 
 Outcome = FetchResult  # what user code reports: status, headers, body, sent_at, done_at, error, links
 
@@ -78,6 +79,13 @@ class JobFacts:
     @property
     def expires_at(self) -> float:
         return self._job().expires_at
+
+    @property
+    def conditional_headers(self) -> dict[str, str]:
+        """Send these with the request: a revisit's ``If-None-Match`` / ``If-Modified-Since`` from
+        its last fetch (empty for other jobs). A 304 then costs the site no body, and the page is
+        reported unchanged; without them a revisit is compared by its content digest."""
+        return conditional_headers(self._job().item)
 
 
 class LeasedJob(JobFacts):

@@ -26,6 +26,9 @@ from workers.api.followups import follow_ups, page_headers
 from workers.api.leased import LeasedJob, Outcome
 from workers.api.outcome import BackoffCodes, is_retryable, throttle_headers
 from workers.api.publishing import Publisher
+from workers.api.revisits import judge
+from workers.api.sitemaps import SitemapError
+from workers.api.sitemaps import follow_ups as sitemap_follow_ups
 
 log = logging.getLogger("worker")
 # a late signal's lease id: the job's, with this suffix (no lease has it: the frontier applies it as late)
@@ -119,11 +122,22 @@ class Reporter:
             if is_retryable(result, self.backoff_codes(job)) and job.retries_left > 0:
                 await self.publisher.report(self._feedback(leased, result, "retry"))
                 return
-            subs = result.follow_ups
-            if subs is None:
-                subs = follow_ups(item, result, self.max_redirects, self.agent)
+            unchanged, validators = judge(item, result) if item.revisit > 0 and not result.error else (False, {})
+            subs, note = result.follow_ups, ""
+            if subs is None and item.sitemap and result.status == 200 and not unchanged:
+                try:
+                    subs, notes = sitemap_follow_ups(item, leased.url, result.body, result.sent_at or time.time())
+                except SitemapError as exc:
+                    cut = f" (cut at {len(result.body)} bytes: worker.max_body_bytes)" if result.truncated else ""
+                    await self._fail(leased, result, f"sitemap: {exc}{cut}")
+                    return
+                note = "; ".join(f"sitemap: {n}" for n in notes)[:500]
+            if subs is None:  # an unchanged page's links were followed at its first fetch
+                subs = [] if unchanged else follow_ups(item, result, self.max_redirects, self.agent)
             page, *followed = await asyncio.gather(
-                self.publisher.deliver(self.topics.pages, self._page(leased, result), key=item.url.encode())
+                self.publisher.deliver(
+                    self.topics.pages, self._page(leased, result, unchanged, validators, note), key=item.url.encode()
+                )
                 if result.page
                 else _nothing(),
                 *(self.publisher.deliver(self.topics.urls, s) for s in subs),
@@ -136,7 +150,9 @@ class Reporter:
                 log.error("%s: %d of %d follow-ups not published (%s); no feedback: the lease expires and the "
                           "job comes back", item.url, len(problems), len(subs), problems[0])  # fmt: skip
                 return
-            await self.publisher.report(self._feedback(leased, result, "error" if result.error else "fetched"))
+            fb = self._feedback(leased, result, "error" if result.error else "fetched")
+            fb.validators, fb.unchanged = validators, unchanged
+            await self.publisher.report(fb)
         except Exception as exc:  # any failure here ends in an "error" result, never in silence
             log.exception("job %s (%s) failed after its fetch", job.lease, item.url)
             reason = f"worker_error: {type(exc).__name__}"
@@ -167,13 +183,17 @@ class Reporter:
                         done_at=r.done_at if sent else 0.0, error=error or r.error,
                         headers=throttle_headers(r.headers), body=body)  # fmt: skip
 
-    def _page(self, leased: LeasedJob, r: Outcome) -> Page:
+    def _page(self, leased: LeasedJob, r: Outcome, unchanged: bool = False,
+              validators: dict[str, str] | None = None, note: str = "") -> Page:  # fmt: skip
+        """The page record; a revisit that found the page ``unchanged`` says so, without the body;
+        ``note``: what a sitemap left out (its ``error``, the outcome still ``fetched``)."""
         url = leased.url
         return Page(
-            url=url, status=r.status, outcome="error" if r.error else "fetched", error=r.error,
-            headers=page_headers(url, r.headers), body=r.body, truncated=r.truncated,
-            content_type=r.content_type, fetched_at=r.sent_at, latency=r.latency, meta=leased.item.meta,
-            worker=self.name, crawl=leased.item.crawl,
+            url=url, status=r.status, outcome="error" if r.error else "fetched", error=r.error or note,
+            headers=page_headers(url, r.headers), body=b"" if unchanged else r.body,
+            truncated=r.truncated and not unchanged, content_type=r.content_type, fetched_at=r.sent_at,
+            latency=r.latency, meta=leased.item.meta, worker=self.name, crawl=leased.item.crawl, unchanged=unchanged,
+            digest=(validators or {}).get("digest", "") if unchanged and r.status != 304 else "",
         )  # fmt: skip
 
     async def reject(self, msg: Message, exc: SchemaError) -> None:
