@@ -4,9 +4,10 @@ A URL's revisit is either fixed (``revisit`` seconds after each fetch) or *adapt
 ``[lo, hi]``: each fetch tells whether the page changed since the previous one (a 304, the same
 validators or the same content digest: unchanged), and the interval shrinks when it changed
 (times ``SHRINK``) and grows when it did not (times ``GROW``), as Nutch's and StormCrawler's adaptive
-schedules do. With these factors an interval settles where about 37 % of revisits find a change
-(``p·ln SHRINK + (1-p)·ln GROW = 0``): for a page changing at random at rate λ, about 0.46 / λ,
-so a change waits about a quarter of the page's mean change interval to be seen.
+schedules do: halved after a change, doubled without. An interval then settles where half the
+revisits find a change (``p·ln SHRINK + (1-p)·ln GROW = 0``): for a page changing at random at rate
+λ, about ln 2 / λ = 0.69 / λ, so a change waits about a third of the page's mean change interval to
+be seen, and a page that never changes is asked about twice as rarely each time, up to the bound.
 
 The first interval: half the page's age when its response says when it last changed
 (``Last-Modified``, or a sitemap's ``lastmod``; a page's age is its mean change interval's best
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 from email.utils import parsedate_to_datetime
 
-GROW = 1.5  # unchanged: the next interval this much longer
+GROW = 2.0  # unchanged: the next interval this much longer
 SHRINK = 0.5  # changed: this much shorter
 AGE_SHARE = 0.5  # the first interval: this share of the page's age (Last-Modified)
 ADAPTIVE = (3600.0, 30 * 86400.0)  # ``"revisit": "adaptive"``: from an hour to 30 days

@@ -1,8 +1,9 @@
 """Revisits that learn (issue 25): the same local sites revisited for the same time with a fixed
 interval and with an adaptive one, judged from the sites' own logs.
 
-Each site's pages change at random (Poisson) at known mean intervals: some every 10 s, some every
-minute, some every 10 minutes, some never; a page's body is a few KB. Sites of one kind honour
+Each site's pages change at random (Poisson) at known mean intervals: of 12 pages, one every 10 s,
+two every minute, three every 10 minutes, six never (most pages of a site rarely change); a
+page's body is 4 KB. Sites of one kind honour
 validators (``ETag``, ``Last-Modified`` from the page's last change, 304 to a matching conditional
 request); sites of the other kind give none and always answer 200 with the body (the frontier then
 compares content digests). Every URL is submitted once with its revisit, the crawl runs for the
@@ -10,7 +11,8 @@ given time with the defaults, and each site logs every request: the version it s
 bytes. Figures per run:
 
 - ``requests``, ``requests_unchanged`` (the page was as it was at the crawler's previous request),
-  ``body_bytes`` sent;
+  ``body_bytes`` sent, and ``body_bytes_unconditional``: what the same requests cost before
+  revisits were conditional (every one a full body);
 - ``mean_unseen_s``: over every change that happened in the run, the time until the crawler's next
   request of that page (to the run's end when none came): how long a change stays unseen;
 - ``stale_share``: the share of page-time (from each page's first fetch) when the crawler's copy
@@ -47,10 +49,12 @@ from deploy.kafka import free_port
 from frontier.demo.stack import Stack, TopicReader, read_pages
 from tests.bench.common import broker, parser, report, size
 
-CLASSES = {"fast": 10.0, "minute": 60.0, "slow": 600.0, "static": 0.0}  # mean seconds between changes (0: never)
+# mean seconds between changes (0: never): pages of a site per class, most of them rarely changing
+CLASSES = {"fast": 10.0, "minute": 60.0, "slow": 600.0, "static": 0.0}
+MIX = {"fast": 1, "minute": 2, "slow": 3, "static": 6}
 BODY_BYTES = 4000
 FIXED = 60.0  # the fixed interval compared
-BOUNDS = (5.0, 3600.0)  # the adaptive revisit's bounds
+BOUNDS = (15.0, 3600.0)  # the adaptive revisit's bounds: down to a quarter of the fixed interval
 
 
 @dataclass
@@ -66,8 +70,8 @@ class PageTruth:
 
 
 class Sites:
-    """``hosts`` local sites on 127.26.0.x (one port each), ``per_class`` pages of each change class
-    per host; ``validators``: ETag / Last-Modified / 304 honoured, else none given."""
+    """``hosts`` local sites on 127.26.0.x (one port each), ``per_class`` times :data:`MIX` pages of
+    each change class per host; ``validators``: ETag / Last-Modified / 304 honoured, else none given."""
 
     def __init__(self, hosts: int, per_class: int, validators: bool, seconds: float, seed: int) -> None:
         self.validators = validators
@@ -77,7 +81,7 @@ class Sites:
         self.bases: list[str] = []
         paths = []
         for kind, mean in CLASSES.items():
-            for i in range(per_class):
+            for i in range(MIX[kind] * per_class):
                 paths.append((f"/{kind}/{i}", mean))
         self._hosts = [f"127.26.0.{h + 1}" for h in range(hosts)]
         self._ports = [free_port() for _ in self._hosts]
@@ -137,31 +141,38 @@ class Sites:
             self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
 
-    def figures(self, end: float) -> dict[str, Any]:
+    def figures(self, end: float, since: float = 0.0) -> dict[str, Any]:
+        """The run's figures over ``[since, end)``: requests sent and changes made in it."""
         requests = unchanged = body = changes = 0
         unseen = stale = lifetime = 0.0
         by_class: dict[str, list[int]] = {kind: [0, 0] for kind in CLASSES}
         for url, page in self.pages.items():
             kind = url.split("/")[3]
             times = [t for t, *_ in page.requests]
-            requests += len(times)
-            body += sum(b for *_, b in page.requests)
-            unchanged += sum(1 for a, b in zip(page.requests, page.requests[1:], strict=False) if a[1] == b[1])
-            by_class[kind][0] += len(times)
+            pairs = zip([None, *page.requests], page.requests, strict=False)
+            for before, (t, v, _, sent) in pairs:
+                if since <= t < end:
+                    requests += 1
+                    body += sent
+                    unchanged += before is not None and before[1] == v
+                    by_class[kind][0] += 1
             for c in page.changes:
                 if c >= end:
                     break
+                if c < since:
+                    continue
                 changes += 1
                 by_class[kind][1] += 1
                 i = bisect.bisect_left(times, c)
                 unseen += (times[i] if i < len(times) else end) - c
             if times:  # stale: from its first fetch, while the crawler's version is not the current one
-                lifetime += end - times[0]
+                lifetime += end - max(times[0], since)
                 for (t, v, *_), nxt in zip(page.requests, [*times[1:], end], strict=True):
                     later = [c for c in page.changes[v:] if c < nxt]
-                    if later:
-                        stale += nxt - max(t, later[0])
-        return {"requests": requests, "requests_unchanged": unchanged, "body_bytes": body, "changes": changes,
+                    if later and nxt > since:
+                        stale += nxt - max(t, later[0], since)
+        return {"requests": requests, "requests_unchanged": unchanged, "body_bytes": body,
+                "body_bytes_unconditional": requests * BODY_BYTES, "changes": changes,
                 "mean_unseen_s": round(unseen / changes, 1) if changes else 0.0,
                 "stale_share": round(stale / lifetime, 3) if lifetime else 0.0,
                 "requests_by_class": {k: v[0] for k, v in by_class.items()},
@@ -196,7 +207,7 @@ def run(bootstrap: str, workdir: Path, validators: bool, schedule: str, seconds:
             reported += sum(1 for p in read_pages(reader, timeout=1.0) if p.unchanged)
         return {"validators": validators, "schedule": schedule if schedule == "fixed" else "adaptive",
                 "revisit": spec, "seconds": seconds, "pages": len(sites.pages), "unchanged_reported": reported,
-                **sites.figures(end)}  # fmt: skip
+                **sites.figures(end), "second_half": sites.figures(end, since=sites.start + seconds / 2)}  # fmt: skip
     finally:
         if reader is not None:
             reader.close()
@@ -215,20 +226,25 @@ def main() -> None:
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("--seconds", type=float, default=0.0, help="each run's length (default by size)")
     args = p.parse_args()
-    seconds = args.seconds or size(args, smoke=20, default=480, full=1200)
-    hosts, per_class = size(args, smoke=1, default=4, full=8), size(args, smoke=1, default=3, full=3)
+    seconds = args.seconds or size(args, smoke=20, default=600, full=1800)
+    hosts, per_class = size(args, smoke=1, default=4, full=8), 1
     with broker(args) as bootstrap, tempfile.TemporaryDirectory(prefix="bench-revisits-") as tmp:
         for validators in (True, False):
             runs = {}
             for schedule in ("fixed", "adaptive"):  # the two in turn, on sites with the same changes
                 runs[schedule] = run(bootstrap, Path(tmp), validators, schedule, seconds, hosts, per_class, seed=25)
                 report("revisits", calibration_s=calibration_s(), **runs[schedule])
-            fixed, adaptive = runs["fixed"], runs["adaptive"]
-            report("revisits_ratio", validators=validators, seconds=seconds,
-                   requests_unchanged=_ratio(adaptive["requests_unchanged"], fixed["requests_unchanged"]),
-                   body_bytes=_ratio(adaptive["body_bytes"], fixed["body_bytes"]),
-                   requests=_ratio(adaptive["requests"], fixed["requests"]),
-                   mean_unseen_s=_ratio(adaptive["mean_unseen_s"], fixed["mean_unseen_s"]))  # fmt: skip
+            for part in ("whole", "second_half"):
+                fixed, adaptive = (
+                    r if part == "whole" else r["second_half"] for r in (runs["fixed"], runs["adaptive"])
+                )
+                report("revisits_ratio", validators=validators, seconds=seconds, part=part,
+                       requests_unchanged=_ratio(adaptive["requests_unchanged"], fixed["requests_unchanged"]),
+                       body_bytes=_ratio(adaptive["body_bytes"], fixed["body_bytes"]),
+                       body_bytes_vs_unconditional=_ratio(adaptive["body_bytes"], fixed["body_bytes_unconditional"]),
+                       requests=_ratio(adaptive["requests"], fixed["requests"]),
+                       mean_unseen_s=_ratio(adaptive["mean_unseen_s"], fixed["mean_unseen_s"]),
+                       stale_share=_ratio(adaptive["stale_share"], fixed["stale_share"]))  # fmt: skip
 
 
 def _ratio(a: float, b: float) -> float | None:

@@ -175,9 +175,7 @@ def follow_ups(item: UrlItem, url: str, body: bytes, at: float) -> tuple[list[Su
     notes = list(got.notes)
     if got.sitemaps:
         if item.sitemap_depth >= MAX_DEPTH:
-            raise SitemapError(
-                f"sitemap index chain deeper than {MAX_DEPTH}: {len(got.sitemaps)} sitemaps not followed"
-            )
+            raise SitemapError(f"index chain deeper than {MAX_DEPTH}: {len(got.sitemaps)} sitemaps not followed")
         for loc in dict.fromkeys(got.sitemaps):
             target = absolute_location(url, loc)
             if target is None:
