@@ -216,7 +216,9 @@ class LocalKafka:
             return None
         for p in (self.port, self.controller_port) if not self.netns else ():  # (a namespace starts empty)
             if port_open(p, self.host):
-                raise KafkaError(f"port {p} is already in use by another process")
+                raise KafkaError(f"port {p} is already in use by another process (another broker? `crawl-frontier "
+                                 "kafka status`; or choose other ports: kafka.bootstrap = \"127.0.0.1:PORT\" in "
+                                 "the configuration given with --config, or CRAWL_KAFKA_PORT)")  # fmt: skip
         libs = libs_dir(self.version)
         self.home.mkdir(parents=True, exist_ok=True)
         data = self.home / "data"
@@ -342,20 +344,26 @@ class KafkaCluster:
         return any([n.down() for n in self.nodes])
 
 
-def default_broker() -> LocalKafka:
-    """The broker that ``crawl-frontier kafka up`` manages (ports 9092/9093 unless overridden)."""
-    return LocalKafka(
-        home=STATE_DIR / "kafka",
-        port=int(os.environ.get("CRAWL_KAFKA_PORT", "9092")),
-        controller_port=int(os.environ.get("CRAWL_KAFKA_CONTROLLER_PORT", "9093")),
-    )
+def default_broker(port: int = 0) -> LocalKafka:
+    """The broker that ``crawl-frontier kafka up`` manages: on ``port`` (the configuration's
+    ``kafka.bootstrap`` port) and the next one, else ``CRAWL_KAFKA_PORT`` (9092) and
+    ``CRAWL_KAFKA_CONTROLLER_PORT`` (9093); its data under ``CRAWL_STATE_DIR`` (a directory of its
+    own for a port other than 9092)."""
+    home = STATE_DIR / ("kafka" if port in (0, 9092) else f"kafka-{port}")
+    if not port:
+        port = int(os.environ.get("CRAWL_KAFKA_PORT", "9092"))
+        controller = int(os.environ.get("CRAWL_KAFKA_CONTROLLER_PORT", "0")) or port + 1
+    else:
+        controller = port + 1
+    return LocalKafka(home=home, port=port, controller_port=controller)
 
 
-def default_cluster(nodes: int = 3) -> KafkaCluster:
-    """The cluster that ``crawl-frontier kafka up --nodes N`` manages: ports 9092, 9192, 9292, ..."""
-    base = int(os.environ.get("CRAWL_KAFKA_PORT", "9092"))
+def default_cluster(nodes: int = 3, port: int = 0) -> KafkaCluster:
+    """The cluster that ``crawl-frontier kafka up --nodes N`` manages: ports 9092, 9192, 9292, ...
+    (from ``port``, else ``CRAWL_KAFKA_PORT``)."""
+    base = port or int(os.environ.get("CRAWL_KAFKA_PORT", "9092"))
     return KafkaCluster(
-        home=STATE_DIR / f"kafka-{nodes}nodes",
+        home=STATE_DIR / (f"kafka-{nodes}nodes" if port in (0, 9092) else f"kafka-{nodes}nodes-{port}"),
         ports=[base + 100 * i for i in range(nodes)],
         controller_ports=[base + 100 * i + 1 for i in range(nodes)],
     )

@@ -59,8 +59,9 @@ def _client(args: argparse.Namespace) -> FrontierClient:
 def cmd_kafka(args: argparse.Namespace) -> int:
     from deploy.kafka import KafkaError, default_broker, default_cluster
 
-    broker = default_broker()
-    cluster = default_cluster(args.nodes) if args.nodes > 1 else None
+    port = _local_port(args)
+    broker = default_broker(port)
+    cluster = default_cluster(args.nodes, port) if args.nodes > 1 else None
     try:
         if args.action == "up":
             if cluster is not None:
@@ -84,6 +85,19 @@ def cmd_kafka(args: argparse.Namespace) -> int:
     except KafkaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _local_port(args: argparse.Namespace) -> int:
+    """The port of the configuration's ``kafka.bootstrap`` when it names a broker on this machine
+    that ``kafka up`` may run (loopback); 0: the default (``CRAWL_KAFKA_PORT``, else 9092). Only with
+    ``--config`` (or its environment variable): without one, ``kafka up`` is the README's default."""
+    if not getattr(args, "config", None):
+        return 0
+    first = _config(args).kafka.bootstrap.split(",")[0].strip()
+    host, _, port = first.rpartition(":")
+    if host.strip("[]") in ("127.0.0.1", "localhost", "::1") and port.isdigit():
+        return int(port)
     return 0
 
 

@@ -43,7 +43,7 @@ def test_allow_list_opens_only_what_it_names() -> None:
     assert AddressPolicy(block_private=False).allowed("10.0.0.1")
 
 
-async def test_fetch_is_blocked_then_allowed_by_configuration() -> None:
+async def test_fetch_is_blocked_then_allowed_by_configuration(caplog: pytest.LogCaptureFixture) -> None:
     async def ok(_: web.Request) -> web.Response:
         return web.Response(text="ok")
 
@@ -55,6 +55,10 @@ async def test_fetch_is_blocked_then_allowed_by_configuration() -> None:
             robots = await fetch(strict, f"http://127.0.0.88:{port}/robots.txt", 5, 1000, max_redirects=5)
         assert (blocked.error, blocked.status) == ("blocked_address", 0)
         assert by_name.error == "blocked_address" and robots.error == "blocked_address"
+        # said in the log, once per host, with the setting that allows a local test site (a trial
+        # spider otherwise closed with no item and no warning)
+        said = [r.getMessage() for r in caplog.records if r.levelname == "WARNING" and "127.0.0.88" in r.getMessage()]
+        assert len(said) == 1 and 'allow_networks = ["127.0.0.0/8"]' in said[0], said
         async with aiohttp.ClientSession(connector=SafeConnector(AddressPolicy(["127.0.0.0/8"]))) as local:
             allowed = await fetch(local, f"http://127.0.0.88:{port}/", 5, 1000)
         assert (allowed.error, allowed.status, allowed.body) == ("", 200, b"ok")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import logging
 import socket
 import time
 from collections import OrderedDict
@@ -23,6 +24,25 @@ from workers.api.safety import AddressPolicy
 TTL = 300.0  # seconds a resolution is reused (as the built-in fetcher's DNS cache)
 CACHED_HOSTS = 10_000
 RESOLVE_TIMEOUT = 5.0
+
+
+SAID_HOSTS = 1000  # hosts whose blocked addresses were said in the log (each once)
+_said: OrderedDict[str, None] = OrderedDict()
+
+
+def say_blocked(log: logging.Logger, host: str, addresses: Iterable[str] = ()) -> None:
+    """A WARNING, once per host, that its jobs end as ``blocked_address`` and how to allow a local
+    test site: the error page alone is easy to miss (a spider just gets no item)."""
+    if host in _said:
+        return
+    _said[host] = None
+    while len(_said) > SAID_HOSTS:
+        _said.popitem(last=False)
+    found = ", ".join(list(addresses)[:4])
+    log.warning("%s resolves only to addresses this worker may not reach%s (private, loopback, link-local...): "
+                "its URLs end as error pages 'blocked_address'. For a local test site allow its network in the "
+                "configuration: [worker] allow_networks = [\"127.0.0.0/8\"]", host,
+                f" ({found})" if found else "")  # fmt: skip
 
 
 class HasAddresses(Protocol):

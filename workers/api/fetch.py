@@ -7,6 +7,7 @@ The worker never follows a redirect itself: a 3xx is a result like any other, an
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -15,8 +16,11 @@ from typing import Any
 import aiohttp
 from aiohappyeyeballs import AddrInfoType, SocketFactoryType
 
+from workers.api.addresses import say_blocked
 from workers.api.outcome import FetchResult
 from workers.api.safety import BlockedAddress
+
+log = logging.getLogger("worker")
 
 
 def bounded_sockets(unacked: float) -> SocketFactoryType:
@@ -137,8 +141,9 @@ async def fetch(
         result.error = "reset"
     except aiohttp.ClientPayloadError:
         result.error = "truncated"
-    except BlockedAddress:
+    except BlockedAddress as exc:
         result.error = "blocked_address"
+        say_blocked(log, exc.host, exc.addresses)
     except aiohttp.TooManyRedirects:
         result.error = "redirects"
     except aiohttp.ClientResponseError:

@@ -43,7 +43,7 @@ from frontier.observability.metrics import WorkerMetrics
 from topics.admin import create_crawl_jobs
 from topics.catalog import workers_group
 from topics.schemas import DEFAULT_CRAWL, Job, SchemaError, decode, valid_crawl
-from workers.api.addresses import AddressCheck
+from workers.api.addresses import AddressCheck, say_blocked
 from workers.api.builtin import AiohttpFetcher
 from workers.api.consuming import CONFIRM_WAIT, JobConsumer
 from workers.api.gates import _HostGate
@@ -355,6 +355,7 @@ class Jobs:
         if self.addresses is not None and job.kind in self.kinds:
             blocked = await self.addresses.blocked(job.item.url, leased)
             if blocked:
+                say_blocked(log, job.item.host)
                 await self._report(leased, Outcome(error="blocked_address"))
                 return False
         held = await self.holder.hold(leased, self.consuming)

@@ -25,6 +25,7 @@ class BlockedAddress(aiohttp.ClientError):
     def __init__(self, host: str, addresses: Sequence[str]) -> None:
         super().__init__(f"{host} resolves only to blocked addresses {', '.join(addresses[:4])}")
         self.host = host
+        self.addresses = list(addresses)
 
 
 class AddressPolicy:

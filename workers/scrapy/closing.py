@@ -64,4 +64,9 @@ class DoneWatch:
             self.left = answer.left or "work elsewhere"
             if time.monotonic() - said > SAY_EVERY:
                 said = time.monotonic()
-                log.info("crawl %r not done: %s", self.crawl, self.left)
+                if "not reported by a live instance" in self.left:  # no frontier: it would wait forever
+                    log.warning("crawl %r not done: %s. Is a frontier running (crawl-frontier frontier, with this "
+                                "configuration)? The spider closes once the crawl is done everywhere.",
+                                self.crawl, self.left)  # fmt: skip
+                else:
+                    log.info("crawl %r not done: %s", self.crawl, self.left)

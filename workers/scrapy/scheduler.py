@@ -105,6 +105,7 @@ class FrontierScheduler:
         self._sweeper: asyncio.Task[None] | None = None
         self._closer: asyncio.Future[None] | None = None
         self.submitted = self.reported = self.failed_submissions = 0
+        self.followed = 0  # requests sent with their job's report (a callback's)
         self.unreachable = False
         self.warned_outside = False  # a download outside the frontier was said (once)
         self.download_timeout = self.settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
@@ -171,8 +172,14 @@ class FrontierScheduler:
         if self.tasks:
             await asyncio.gather(*list(self.tasks), return_exceptions=True)
         await jobs.close()
-        log.info("crawl %r: closed (%s): %d requests sent to the frontier, %d jobs reported, %d handed back",
-                 self.crawl, reason, self.submitted, self.reported, jobs.returned)  # fmt: skip
+        log.info("crawl %r: closed (%s): %d requests sent to the frontier (%d from start requests, %d with "
+                 "reports), %d jobs reported, %d handed back", self.crawl, reason, self.submitted + self.followed,
+                 self.submitted, self.followed, self.reported, jobs.returned)  # fmt: skip
+        if reason == "finished" and self.followed and self.reported <= self.submitted:
+            log.info("crawl %r: none of the %d requests the callbacks sent came back as jobs: seen before, by an "
+                     "earlier run of the crawl or another process (a crawl keeps its seen set across runs; "
+                     "`crawl-frontier crawl drop %s --forget` starts it over)", self.crawl, self.followed,
+                     self.crawl)  # fmt: skip
 
     # -- what the engine asks ------------------------------------------------------------------------
     def busy(self) -> bool:
@@ -336,6 +343,7 @@ class FrontierScheduler:
         outcome.page = self.pages
         await leased.finish(outcome)
         self.reported += 1
+        self.followed += len(entry.follow_ups)
 
     async def _hand_back(self, entry: Entry) -> None:
         if not entry.leased.reported:
@@ -346,7 +354,8 @@ class FrontierScheduler:
         problem = await self.jobs.publisher.deliver(self.cfg.topics.urls, sub)
         if problem:
             self.failed_submissions += 1
-            log.error("request %s not sent to the frontier: %s", sub.url, problem)
+            hint = " (are the topics created? crawl-frontier topics create)" if "UNKNOWN_TOPIC" in str(problem) else ""
+            log.error("request %s not sent to the frontier: %s%s", sub.url, problem, hint)
             return
         self.submitted += 1
 
