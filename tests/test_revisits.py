@@ -222,3 +222,18 @@ def test_unchanged_pages_are_warc_revisit_records(tmp_path: Path) -> None:
                      ("revisit", "server-not-modified"), ("request", ""),
                      ("revisit", "identical-payload-digest")]  # fmt: skip
     assert records[-1][2] == digest(200, b"<html>b</html>")
+
+
+def test_what_tells_nothing_keeps_the_last_validators_and_a_redirect_target_is_part_of_the_page() -> None:
+    """Found by review: a 302 whose Location moved was judged unchanged (empty bodies); a body cut
+    at the size limit, a report without the body, a 5xx or a 404 replaced the validators with a
+    digest that says nothing about the page."""
+    item = msgspec.structs.replace(sub("http://a.test/latest", revisit=[5, 600]),
+                                   validators={"etag": '"e"', "digest": digest(302, b"", "/article-1")})  # fmt: skip
+    assert judge(item, FetchResult(status=302, headers={"location": "/article-1"}))[0] is True
+    assert judge(item, FetchResult(status=302, headers={"location": "/article-2"}))[0] is False
+    for nothing in (FetchResult(status=200, body=b"x" * 10, truncated=True), FetchResult(status=200, page=False),
+                    FetchResult(status=503), FetchResult(status=404, body=b"gone")):  # fmt: skip
+        assert judge(item, nothing) == (False, {}), nothing
+        fb = Feedback(lease="l", host="a.test", domain="a.test", url=item.url, outcome="fetched", status=nothing.status)
+        assert learned(item, fb) == item  # validators and interval kept

@@ -168,3 +168,32 @@ async def test_a_sitemap_job_submits_what_it_lists_and_a_bad_one_is_an_error_pag
     assert pages["/page"] == ("error", "sitemap: not a sitemap: root element <html>")
     outcomes = {fb.lease: fb.outcome for fb in producer.feedback()}
     assert outcomes == {"/robots.txt": "fetched", "/index.xml": "fetched", "/s.xml.gz": "fetched", "/page": "error"}
+
+
+def test_review_findings_bom_utf16_text_lines_bad_dates_redirects_and_other_sites_indexes() -> None:
+    """Found by review: a BOM before the XML read it as a text sitemap (junk URLs); a text body
+    that is no sitemap submitted its lines as relative URLs; one bad <lastmod> failed the whole
+    sitemap; a sitemap that redirects lost its flag; an index named other sites' sitemaps."""
+    from workers.api.followups import follow_ups as page_follow_ups
+    from workers.api.outcome import FetchResult
+
+    xml = urlset("<loc>http://example.com/a</loc><lastmod>2024-13</lastmod>")
+    assert [(e.url, e.lastmod) for e in read("http://example.com/s.xml", b"\xef\xbb\xbf" + xml).entries] == [
+        ("http://example.com/a", None)]  # fmt: skip
+    utf16 = ('<?xml version="1.0" encoding="UTF-16"?>' + xml.decode()).encode("utf-16")
+    assert [e.url for e in read("http://example.com/s.xml", utf16).entries] == ["http://example.com/a"]
+    junk = read("http://example.com/s.txt", b"Not Found\nhttp://example.com/b\n")
+    assert [e.url for e in junk.entries] == ["http://example.com/b"]
+    assert junk.notes == ["1 lines left out: not absolute http(s) URLs"]
+    moved = page_follow_ups(item("http://example.com/sitemap.xml", sitemap_depth=1),
+                            FetchResult(status=301, headers={"location": "https://www.example.com/sitemap.xml"}),
+                            5, "bot")  # fmt: skip
+    assert [(s.url, s.sitemap, s.sitemap_for, s.sitemap_depth) for s in moved] == [
+        ("https://www.example.com/sitemap.xml", True, "example.com", 1)]  # fmt: skip
+    index = b"<sitemapindex><sitemap><loc>http://victim.org/s.xml</loc></sitemap><sitemap><loc>/own.xml</loc>" \
+            b"</sitemap></sitemapindex>"  # fmt: skip
+    subs, notes = follow_ups(item(), "http://example.com/index.xml", index, AT)
+    assert [s.url for s in subs] == ["http://example.com/own.xml"] and notes == [
+        "1 sitemaps left out: not of example.com"
+    ]
+    assert item("http://example.com/?").url == "http://example.com/robots.txt"

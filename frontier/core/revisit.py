@@ -17,6 +17,7 @@ guess), else the bounds' geometric mean (a neutral start in the factors' log sca
 from __future__ import annotations
 
 import math
+from datetime import UTC
 from email.utils import parsedate_to_datetime
 
 GROW = 2.0  # unchanged: the next interval this much longer
@@ -70,7 +71,8 @@ def age_of(last_modified: str, at: float) -> float | None:
     if not last_modified:
         return None
     try:
-        when = parsedate_to_datetime(last_modified).timestamp()
+        parsed = parsedate_to_datetime(last_modified)
+        when = (parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp()  # "-0000": UTC too
     except (TypeError, ValueError, IndexError, OverflowError):
         return None
     return at - when if when <= at else None

@@ -34,7 +34,7 @@ import hashlib
 import ipaddress
 import re
 from functools import lru_cache
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 import tldextract
@@ -266,8 +266,13 @@ def valid_scopes(scopes: list[str]) -> list[str]:
 
 def item_from_submission(sub: Submission) -> UrlItem:
     url = sub.url
-    if sub.sitemap and urlsplit(url).path in ("", "/") and not urlsplit(url).query:
-        url = url.split("#", 1)[0].rstrip("/") + "/robots.txt"  # a site's sitemaps: its robots.txt's Sitemap lines
+    if sub.sitemap:  # a site's root: its sitemaps are its robots.txt's Sitemap lines
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise Rejection(f"invalid URL: {exc}") from None
+        if parts.path in ("", "/") and not parts.query:
+            url = urlunsplit((parts.scheme, parts.netloc, "/robots.txt", "", ""))
     canonical, host = canonicalize(url)
     given = as_given(url, host)
     scopes = valid_scopes(sub.scopes)

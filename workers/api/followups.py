@@ -61,7 +61,8 @@ def redirect(item: UrlItem, r: FetchResult, max_redirects: int) -> Submission | 
         return None
     return Submission(url=target, priority=item.priority, meta=item.meta, follow=item.follow, scopes=item.scopes,
                       redirects=item.redirects + 1, cost=item.cost, autothrottle=item.adjust,
-                      revisit=revisit_of(item), crawl=item.crawl, agent=item.agent)  # fmt: skip
+                      revisit=revisit_of(item), crawl=item.crawl, agent=item.agent, sitemap=bool(item.sitemap),
+                      sitemap_for=item.sitemap, sitemap_depth=item.sitemap_depth)  # fmt: skip
 
 
 def links(item: UrlItem, r: FetchResult, agent: str) -> list[Submission]:

@@ -122,11 +122,13 @@ class Reporter:
             if is_retryable(result, self.backoff_codes(job)) and job.retries_left > 0:
                 await self.publisher.report(self._feedback(leased, result, "retry"))
                 return
-            unchanged, validators = judge(item, result) if item.revisit > 0 and not result.error else (False, {})
+            same, validators = judge(item, result) if item.revisit > 0 and not result.error else (False, {})
+            unchanged = same and result.status in (200, 304)  # the page says so (else it is published whole)
             subs, note = result.follow_ups, ""
             if subs is None and item.sitemap and result.status == 200 and not unchanged:
-                try:
-                    subs, notes = sitemap_follow_ups(item, leased.url, result.body, result.sent_at or time.time())
+                try:  # (parsed off the event loop: up to 50 MB of XML)
+                    subs, notes = await asyncio.to_thread(sitemap_follow_ups, item, leased.url, result.body,
+                                                          result.sent_at or time.time())  # fmt: skip
                 except SitemapError as exc:
                     cut = f" (cut at {len(result.body)} bytes: worker.max_body_bytes)" if result.truncated else ""
                     await self._fail(leased, result, f"sitemap: {exc}{cut}")
@@ -151,7 +153,7 @@ class Reporter:
                           "job comes back", item.url, len(problems), len(subs), problems[0])  # fmt: skip
                 return
             fb = self._feedback(leased, result, "error" if result.error else "fetched")
-            fb.validators, fb.unchanged = validators, unchanged
+            fb.validators, fb.unchanged = validators, same
             await self.publisher.report(fb)
         except Exception as exc:  # any failure here ends in an "error" result, never in silence
             log.exception("job %s (%s) failed after its fetch", job.lease, item.url)

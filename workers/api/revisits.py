@@ -27,21 +27,28 @@ def conditional_headers(item: UrlItem) -> dict[str, str]:
     return {name: item.validators[key] for key, name in REQUEST_HEADERS.items() if item.validators.get(key)}
 
 
-def digest(status: int, body: bytes) -> str:
+def digest(status: int, body: bytes, location: str = "") -> str:
     """What a page without validators is compared by: its body's digest in WARC's payload-digest
-    form (``sha1:`` base32), after the status when it is not 200 (a page gone 404 has changed)."""
-    payload = "sha1:" + base64.b32encode(hashlib.sha1(body, usedforsecurity=False).digest()).decode()
+    form (``sha1:`` base32), after the status when it is not 200 (a page gone 404 has changed); a
+    redirect's target is part of what it says (``location`` digested with the body)."""
+    raw = (location.encode(errors="replace") + b"\n" if location else b"") + body
+    payload = "sha1:" + base64.b32encode(hashlib.sha1(raw, usedforsecurity=False).digest()).decode()
     return payload if status == 200 else f"{status} {payload}"
 
 
 def judge(item: UrlItem, result: FetchResult) -> tuple[bool, dict[str, str]]:
     """(unchanged, validators) for a revisit URL's response: a 304 to a conditional request keeps
-    the digest and takes any validator it sends; any other response is unchanged when its digest
-    is the last one's."""
+    the digest and takes any validator it sends; a 2xx or 3xx is unchanged when its digest is the
+    last one's. What tells nothing gives no validators (the frontier then keeps the last ones and
+    the interval): an error or another status (a 5xx, a 404: the server's trouble, not the page's
+    change), a body cut at the size limit, a report without the body (``page`` False)."""
     given = _validators(result.headers)
     if result.status == 304 and conditional_headers(item):
         return True, {**item.validators, **given}
-    now = digest(result.status, result.body)
+    if not 200 <= result.status < 400 or result.truncated or not result.page:
+        return False, {}
+    location = result.headers.get("location", "") if result.status >= 300 else ""
+    now = digest(result.status, result.body, location)
     return item.validators.get("digest") == now, {**given, "digest": now}
 
 

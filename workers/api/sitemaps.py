@@ -23,6 +23,7 @@ Anything else ends the sitemap job as an error page with the reason: never a cra
 from __future__ import annotations
 
 import calendar
+import codecs
 import re
 import zlib
 from dataclasses import dataclass, field
@@ -88,19 +89,36 @@ def read(url: str, body: bytes) -> Sitemap:
     if urlsplit(url).path == "/robots.txt":
         found = list(Protego.parse(data.decode("utf-8", errors="replace")).sitemaps)
         return Sitemap(sitemaps=found[:MAX_URLS], notes=_past_limit(len(found), "sitemaps"))
-    if not data.lstrip().startswith(b"<"):
-        lines = [line.strip() for line in data.decode("utf-8", errors="replace").splitlines() if line.strip()]
-        return Sitemap(entries=[Entry(u) for u in lines[:MAX_URLS]], notes=_past_limit(len(lines), "URLs"))
-    return _xml(data)
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        data = data.decode("utf-16", errors="replace").encode()  # (its XML declaration, if any, says UTF-16)
+        data = re.sub(rb"^\s*<\?xml[^>]*\?>", b"", data)
+    text_start = data.removeprefix(codecs.BOM_UTF8).lstrip()
+    if not text_start.startswith(b"<"):
+        return _text(text_start)
+    return _xml(text_start)
 
 
-_PARSER = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False, recover=False,
-                          remove_comments=True, remove_pis=True)  # fmt: skip
+def _text(data: bytes) -> Sitemap:
+    """A text sitemap: one absolute http(s) URL per line (the protocol's form); other lines are
+    left out and counted (a "Not Found" page served as a sitemap submits nothing)."""
+    lines = [line.strip() for line in data.decode("utf-8", errors="replace").splitlines() if line.strip()]
+    urls = [u for u in lines if u.lower().startswith(("http://", "https://"))]
+    notes = _past_limit(len(urls), "URLs")
+    if len(urls) < len(lines):
+        notes.append(f"{len(lines) - len(urls)} lines left out: not absolute http(s) URLs")
+    return Sitemap(entries=[Entry(u) for u in urls[:MAX_URLS]], notes=notes)
+
+
+def _parser() -> etree.XMLParser:
+    """One per parse (lxml parsers are not shared across threads): no entity expanded, no DTD
+    loaded, no network, no huge tree."""
+    return etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False, huge_tree=False, recover=False,
+                           remove_comments=True, remove_pis=True)  # fmt: skip
 
 
 def _xml(data: bytes) -> Sitemap:
     try:
-        root = etree.fromstring(data, parser=_PARSER)
+        root = etree.fromstring(data, parser=_parser())
     except etree.XMLSyntaxError as exc:
         raise SitemapError(f"XML unreadable: {str(exc)[:200]}") from None
     if root is None:
@@ -148,13 +166,13 @@ def _lastmod(text: str) -> float | None:
         return None
     try:
         when = datetime.fromisoformat(text.replace("Z", "+00:00")) if m.group(2) and m.group(3) else None
-    except ValueError:
+        if when is None:  # a year or a year and month: their first day
+            return float(calendar.timegm(datetime(int(m.group(1)), int(m.group(2) or 1), 1).timetuple()))
+        if when.tzinfo is None:
+            return float(calendar.timegm(when.timetuple()))
+        return when.timestamp()
+    except (ValueError, OverflowError):  # 2024-13, 0000: no date
         return None
-    if when is None:  # a year or a year and month: their first day
-        return float(calendar.timegm((int(m.group(1)), int(m.group(2) or 1), 1, 0, 0, 0)))
-    if when.tzinfo is None:
-        return float(calendar.timegm(when.timetuple()))
-    return when.timestamp()
 
 
 def _priority(text: str) -> float | None:
@@ -173,6 +191,11 @@ def follow_ups(item: UrlItem, url: str, body: bytes, at: float) -> tuple[list[Su
     allowed = item.sitemap
     subs: list[Submission] = []
     notes = list(got.notes)
+    if got.sitemaps and urlsplit(url).path != "/robots.txt":  # only a robots.txt may name another site's
+        named = len(got.sitemaps)
+        got.sitemaps = [loc for loc in got.sitemaps if _domain(absolute_location(url, loc)) == allowed]
+        if len(got.sitemaps) < named:
+            notes.append(f"{named - len(got.sitemaps)} sitemaps left out: not of {allowed}")
     if got.sitemaps:
         if item.sitemap_depth >= MAX_DEPTH:
             raise SitemapError(f"index chain deeper than {MAX_DEPTH}: {len(got.sitemaps)} sitemaps not followed")
@@ -187,8 +210,7 @@ def follow_ups(item: UrlItem, url: str, body: bytes, at: float) -> tuple[list[Su
     other = 0
     for entry in got.entries:
         target = absolute_location(url, entry.url)
-        host = urlsplit(target).hostname if target else None
-        if target is None or host is None or registrable_domain(host) != allowed:
+        if target is None or _domain(target) != allowed:
             other += 1
             continue
         subs.append(Submission(url=target, priority=item.priority + _nudge(entry.priority), meta=item.meta,
@@ -197,6 +219,15 @@ def follow_ups(item: UrlItem, url: str, body: bytes, at: float) -> tuple[list[Su
     if other:
         notes.append(f"{other} URLs left out: not of {allowed} (or not URLs)")
     return subs, notes
+
+
+def _domain(url: str | None) -> str:
+    """The registrable domain of ``url`` ("" for none or a URL that does not parse)."""
+    try:
+        host = urlsplit(url).hostname if url else None
+        return registrable_domain(host) if host else ""
+    except ValueError:
+        return ""
 
 
 def _spec(item: UrlItem) -> float | list[float]:
