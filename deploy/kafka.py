@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import os
+import random
 import shutil
 import signal
 import socket
@@ -86,10 +87,37 @@ def libs_dir(version: str = KAFKA_VERSION) -> Path:
     return target
 
 
+_GIVEN: set[int] = set()  # ports this process handed out (never twice)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port free on 127.0.0.1 now, outside the kernel's ephemeral range: a port the kernel picks
+    (bind to 0) is one it may give the next outgoing connection too, before the broker or server
+    it was picked for binds it (seen in CI: a three-broker cluster's node failed to bind its port,
+    taken meanwhile by another test's connection)."""
+    low, high = 10_000, _ephemeral_start() - 1
+    for _ in range(200):
+        port = random.randint(low, high) if high > low else 0
+        if port in _GIVEN:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = int(s.getsockname()[1])
+        _GIVEN.add(port)
+        return port
+    with socket.socket() as s:  # (a machine with no room below its ephemeral range)
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 def _cluster_id() -> str:
