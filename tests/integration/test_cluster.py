@@ -56,8 +56,8 @@ class Crawl:
 
     def partitioned(self, role: str) -> tuple[float, float]:
         """Namespace ``role`` cut off from everything for FAULT seconds, the crawl going on; when."""
-        begun = time.time()
         self.cluster.partition(role)
+        begun = time.time()  # in effect from here: a request that reached its site before it is in flight at it
         try:
             self.during(FAULT)
         finally:
@@ -67,9 +67,9 @@ class Crawl:
     def cut_from_sites(self, role: str) -> tuple[float, float]:
         """Namespace ``role`` cut off from every site (blackhole routes; Kafka still reachable, so a
         worker keeps its jobs) for FAULT seconds, the crawl going on; when."""
-        begun = time.time()
         for addr in self.public.values():
             self.cluster.cut(role, addr)
+        begun = time.time()  # (as for a partition: in effect from here)
         try:
             self.during(FAULT)
         finally:

@@ -38,6 +38,7 @@ from frontier.intake.urls import registrable_domain
 from topics.schemas import Submission, UrlItem
 from workers.api.followups import absolute_location
 
+GZIP_MAGIC = bytes((0x1F, 0x8B))
 MAX_URLS = 50_000
 MAX_BYTES = 50 * 1024 * 1024
 MAX_DEPTH = 3  # robots.txt -> index -> index -> sitemap: deeper chains end with an error
@@ -68,7 +69,7 @@ class Sitemap:
 
 def inflate(body: bytes) -> bytes:
     """The sitemap's bytes, gunzipped when gzip (by magic number), never past MAX_BYTES."""
-    if not body.startswith(b"\x1f\x8b"):
+    if not body.startswith(GZIP_MAGIC):
         if len(body) > MAX_BYTES:
             raise SitemapError(f"over {MAX_BYTES // 2**20} MB")
         return body
