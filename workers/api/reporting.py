@@ -122,7 +122,7 @@ class Reporter:
             if is_retryable(result, self.backoff_codes(job)) and job.retries_left > 0:
                 await self.publisher.report(self._feedback(leased, result, "retry"))
                 return
-            same, validators = judge(item, result) if item.revisit > 0 and not result.error else (False, {})
+            same, validators = judge(item, result)
             unchanged = same and result.status in (200, 304)  # the page says so (else it is published whole)
             subs, note = result.follow_ups, ""
             if subs is None and item.sitemap and result.status == 200 and not unchanged:
@@ -138,7 +138,9 @@ class Reporter:
                 subs = [] if unchanged else follow_ups(item, result, self.max_redirects, self.agent)
             page, *followed = await asyncio.gather(
                 self.publisher.deliver(
-                    self.topics.pages, self._page(leased, result, unchanged, validators, note), key=item.url.encode()
+                    self.topics.pages,
+                    self._page(leased, result, unchanged, validators.get("digest", ""), note),
+                    key=item.url.encode(),
                 )
                 if result.page
                 else _nothing(),
@@ -185,8 +187,8 @@ class Reporter:
                         done_at=r.done_at if sent else 0.0, error=error or r.error,
                         headers=throttle_headers(r.headers), body=body)  # fmt: skip
 
-    def _page(self, leased: LeasedJob, r: Outcome, unchanged: bool = False,
-              validators: dict[str, str] | None = None, note: str = "") -> Page:  # fmt: skip
+    def _page(self, leased: LeasedJob, r: Outcome, unchanged: bool = False, digest: str = "",
+              note: str = "") -> Page:  # fmt: skip
         """The page record; a revisit that found the page ``unchanged`` says so, without the body;
         ``note``: what a sitemap left out (its ``error``, the outcome still ``fetched``)."""
         url = leased.url
@@ -195,7 +197,7 @@ class Reporter:
             headers=page_headers(url, r.headers), body=b"" if unchanged else r.body,
             truncated=r.truncated and not unchanged, content_type=r.content_type, fetched_at=r.sent_at,
             latency=r.latency, meta=leased.item.meta, worker=self.name, crawl=leased.item.crawl, unchanged=unchanged,
-            digest=(validators or {}).get("digest", "") if unchanged and r.status != 304 else "",
+            digest=digest if unchanged and r.status != 304 else "",
         )  # fmt: skip
 
     async def reject(self, msg: Message, exc: SchemaError) -> None:

@@ -42,6 +42,8 @@ def judge(item: UrlItem, result: FetchResult) -> tuple[bool, dict[str, str]]:
     last one's. What tells nothing gives no validators (the frontier then keeps the last ones and
     the interval): an error or another status (a 5xx, a 404: the server's trouble, not the page's
     change), a body cut at the size limit, a report without the body (``page`` False)."""
+    if item.revisit <= 0 or result.error:
+        return False, {}  # (no revisit: nothing to keep)
     given = _validators(result.headers)
     if result.status == 304 and conditional_headers(item):
         return True, {**item.validators, **given}
