@@ -135,14 +135,10 @@ def cmd_topics(args: argparse.Namespace) -> int:
 def _revisit(text: str) -> float | str | list[float]:
     """``--revisit``: seconds, ``adaptive`` or ``MIN:MAX`` seconds (a clear error otherwise)."""
     try:
-        spec: float | str | list[float] = (
-            text if text == "adaptive" else [float(v) for v in text.split(":")] if ":" in text else float(text)
-        )
-        revisit.bounds(spec)
+        return revisit.spec_of(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}" if "revisit" in str(exc) else
                                          f"{text!r}: seconds, 'adaptive' or MIN:MAX seconds") from None  # fmt: skip
-    return spec
 
 
 def _read_urls(args: argparse.Namespace) -> Iterator[bytes]:
@@ -180,7 +176,8 @@ def cmd_submit(args: argparse.Namespace, forget: bool = False) -> int:
     try:
         count = client.submit_lines(_progress(_read_urls(args)), follow=follow, recrawl=recrawl, forget=forget,
                                     revisit=getattr(args, "revisit", 0.0),
-                                    sitemap=getattr(args, "sitemap", False))  # fmt: skip
+                                    sitemap=getattr(args, "sitemap", False),
+                                    discover_sitemaps=getattr(args, "discover_sitemaps", False))  # fmt: skip
     except SubmitError:
         if not client.kafka.reachable(CHECK_TIMEOUT):  # the broker went away on the way
             raise KafkaUnreachable(client.kafka.bootstrap, "lost while submitting") from None
@@ -438,6 +435,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the URLs are sitemaps (XML, index, gzip or text; a site's root: its robots.txt's "
                         "Sitemap lines): fetched as throttled jobs, the URLs they list submitted (--revisit passes "
                         "on)")  # fmt: skip
+    s.add_argument("--discover-sitemaps", action="store_true",
+                   help="also crawl the sitemaps the sites' robots.txt files name (Sitemap lines; each once "
+                        "per crawl; --revisit passes on; redirect targets and followed links carry it on)")  # fmt: skip
     s.add_argument("--recrawl", action="store_true",
                    help="crawl again even if seen before (not twice while still queued or in flight)")  # fmt: skip
     s.add_argument("--crawl", type=_crawl_name, default=None,

@@ -166,13 +166,14 @@ class FrontierClient:
     def submit_lines(
         self, lines: Iterable[bytes], *, follow: int = 0, recrawl: bool = False, forget: bool = False,
         flush: bool = True, revisit: float | str | list[float] = 0.0, sitemap: bool = False,
+        discover_sitemaps: bool = False,
     ) -> int:  # fmt: skip
         """Publish lines as ``crawl-frontier submit`` takes them (arguments, or a file's lines from
         :func:`read_lines`): each a URL or a :class:`Submission` JSON object, with the options of
         :func:`submission_value`; return how many were published. ``flush`` as for :meth:`submit`."""
         crawl = self.crawl_name
         values = (submission_value(line, follow=follow, recrawl=recrawl, forget=forget, crawl=crawl, revisit=revisit,
-                                   sitemap=sitemap)
+                                   sitemap=sitemap, discover_sitemaps=discover_sitemaps)
                   for line in lines)  # fmt: skip
         return self._submit(values, flush)
 
@@ -394,13 +395,13 @@ def read_lines(fh: IO[bytes]) -> Iterator[bytes]:
 
 def submission_value(
     line: bytes, *, follow: int = 0, recrawl: bool = False, forget: bool = False, crawl: str = DEFAULT_CRAWL,
-    revisit: float | str | list[float] = 0.0, sitemap: bool = False,
+    revisit: float | str | list[float] = 0.0, sitemap: bool = False, discover_sitemaps: bool = False,
 ) -> bytes:  # fmt: skip
     """The ``crawl.urls`` record for one URL or JSON submission given on the command line or in a
-    file, with the options added. ``follow``, ``revisit`` and ``sitemap`` apply to bare URLs only
-    (a JSON submission says its own); ``recrawl`` and ``forget`` apply to every line, JSON objects included, so a forget
-    never goes out as a plain submission; ``crawl`` to every line that does not name its own. A
-    line that is not a JSON object goes as a URL (the
+    file, with the options added. ``follow``, ``revisit``, ``sitemap`` and ``discover_sitemaps``
+    apply to bare URLs only (a JSON submission says its own); ``recrawl`` and ``forget`` apply to
+    every line, JSON objects included, so a forget never goes out as a plain submission; ``crawl``
+    to every line that does not name its own. A line that is not a JSON object goes as a URL (the
     router rejects what is not one, with the reason)."""
     flags: dict[str, Any] = {name: True for name, on in (("recrawl", recrawl), ("forget", forget)) if on}
     named = {"crawl": crawl} if crawl != DEFAULT_CRAWL else {}
@@ -417,6 +418,8 @@ def submission_value(
         extra["revisit"] = revisit
     if sitemap:
         extra["sitemap"] = True
+    if discover_sitemaps:
+        extra["discover_sitemaps"] = True
     extra.update(named)
     if not flags and not extra:
         return line

@@ -237,3 +237,10 @@ def test_what_tells_nothing_keeps_the_last_validators_and_a_redirect_target_is_p
         assert judge(item, nothing) == (False, {}), nothing
         fb = Feedback(lease="l", host="a.test", domain="a.test", url=item.url, outcome="fetched", status=nothing.status)
         assert learned(item, fb) == item  # validators and interval kept
+
+
+def test_a_report_with_its_body_but_no_page_to_publish_is_judged_by_digest() -> None:
+    """The Scrapy add-on keeps a revisit's body (to digest it) while publishing no page."""
+    item = msgspec.structs.replace(sub("http://a.test/p", revisit=60), validators={"digest": digest(200, b"same")})
+    assert judge(item, FetchResult(status=200, body=b"same", page=False)) == (True, {"digest": digest(200, b"same")})
+    assert judge(item, FetchResult(status=200, body=b"new", page=False))[0] is False

@@ -27,7 +27,14 @@ from topics.schemas import Job, Submission, decode, encode
 from workers.scrapy.addon import DOWNLOADER_MW, SCHEDULER, SPIDER_MW, FrontierAddon
 from workers.scrapy.closing import DoneWatch
 from workers.scrapy.middleware import FrontierSpiderMiddleware, error_kind
-from workers.scrapy.requests import JOB_KEY, PARENT_KEY, UnencodableRequest, to_request, to_submission
+from workers.scrapy.requests import (
+    JOB_KEY,
+    PARENT_KEY,
+    REVISIT_META,
+    UnencodableRequest,
+    to_request,
+    to_submission,
+)
 from workers.scrapy.scheduler import Entry, FrontierScheduler
 
 
@@ -112,6 +119,23 @@ def test_a_url_submitted_outside_scrapy_goes_to_parse_and_a_lost_callback_is_sai
         to_request(through_the_wire(sub), spider)
 
 
+def test_a_revisit_from_the_setting_or_the_meta_is_conditional_once_the_page_gave_validators() -> None:
+    spider = Shop()
+    sub = to_submission(Request("http://shop.test/a"), spider, "books", revisit="60:3600")
+    assert sub.revisit == [60.0, 3600.0]
+    own = to_submission(Request("http://shop.test/b", meta={REVISIT_META: 0}), spider, "books", revisit="adaptive")
+    assert own.revisit == 0 and to_submission(Request("http://shop.test/c"), spider, "books").revisit == 0.0
+    with pytest.raises(UnencodableRequest, match="frontier_revisit"):
+        to_submission(Request("http://shop.test/d", meta={REVISIT_META: "weekly"}), spider, "books")
+    job = through_the_wire(sub)
+    assert not to_request(job, spider).headers.get("If-None-Match")  # the first fetch: nothing to send back
+    job.item.validators = {"etag": '"v1"', "last-modified": "Wed, 25 Nov 2026 10:00:00 GMT", "digest": "sha1:X"}
+    again = to_request(job, spider)
+    assert again.headers.get("If-None-Match") == b'"v1"'
+    assert again.headers.get("If-Modified-Since") == b"Wed, 25 Nov 2026 10:00:00 GMT"
+    assert again.callback is None and again.meta[JOB_KEY] == "L1"
+
+
 def project_settings(**given: object) -> Settings:
     settings = Settings()
     settings.setdict({"ROBOTSTXT_OBEY": True, "AUTOTHROTTLE_ENABLED": True, "DOWNLOAD_DELAY": 2.0,
@@ -137,7 +161,8 @@ def test_the_addon_takes_over_what_the_frontier_does_and_says_so(caplog: pytest.
 @pytest.mark.parametrize(
     ("name", "value"),
     [("TWISTED_REACTOR", "twisted.internet.epollreactor.EPollReactor"),
-     ("SCHEDULER", "scrapy_redis.scheduler.Scheduler")],
+     ("SCHEDULER", "scrapy_redis.scheduler.Scheduler"),
+     ("CRAWL_FRONTIER_REVISIT", "daily")],
 )  # fmt: skip
 def test_the_addon_refuses_what_it_cannot_honour_naming_the_setting(name: str, value: str) -> None:
     with pytest.raises(SystemExit, match=name):  # the project's settings, before any crawler

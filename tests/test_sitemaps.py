@@ -15,11 +15,15 @@ from aiohttp import web
 
 from frontier.cli import build_parser
 from frontier.client import submission_value
+from frontier.config import FrontierConfig, ScopeSettings, ThrottleConfig
+from frontier.core.kv import MemoryKV
 from frontier.intake.urls import parse_input
+from frontier.partition import PartitionFrontier
 from tests.test_worker_api import make_job, worker_with
 from tests.test_worker_jobs import FakeProducer, message, serving
-from topics.schemas import UrlItem
-from workers.api import sitemaps
+from topics.schemas import Feedback, Job, Submission, UrlItem
+from workers.api import followups, sitemaps
+from workers.api.outcome import FetchResult
 from workers.api.sitemaps import MAX_URLS, SitemapError, follow_ups, read
 
 HOST = "127.0.0.85"
@@ -197,3 +201,98 @@ def test_review_findings_bom_utf16_text_lines_bad_dates_redirects_and_other_site
         "1 sitemaps left out: not of example.com"
     ]
     assert item("http://example.com/?").url == "http://example.com/robots.txt"
+
+
+# -- a site's sitemaps found in its robots.txt (discover_sitemaps) ----------------------------------
+ROBOTS = (b"User-agent: *\nDisallow: /private\nSitemap: http://shop.test/a.xml\nSitemap: /relative.xml\n"
+          b"Sitemap: http://cdn.other.test/shop.xml\nSitemap: http://shop.test/a.xml\n")  # fmt: skip
+
+
+def page(url: str, **fields: object) -> UrlItem:
+    return parse_input(json.dumps({"url": url, **fields}).encode())
+
+
+def _frontier(obey: bool) -> PartitionFrontier:
+    settings = FrontierConfig(max_retries=1, robots_obey=obey, dispatch_lead=0.0)
+    return PartitionFrontier(0, MemoryKV(), settings, ThrottleConfig(ScopeSettings(delay=1.0), {}), lambda k, v: None)
+
+
+def _robots_fed(f: PartitionFrontier, job: Job, now: float, body: bytes = ROBOTS) -> None:
+    i = job.item
+    assert job.kind == "robots"
+    f.feedback(Feedback(lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome="fetched", status=200,
+                        latency=0.05, sent_at=now, body=body), now)  # fmt: skip
+
+
+def _run(
+    f: PartitionFrontier, start: float, seconds: float, robots: bytes = ROBOTS
+) -> tuple[list[str], list[Submission]]:
+    """Dispatch every 0.5 s, each job answered at once; the URLs fetched and what was submitted."""
+    fetched: list[str] = []
+    submitted: list[Submission] = []
+    for step in range(int(seconds * 2)):
+        now = start + step / 2
+        out = f.dispatch(now)
+        submitted += out.submissions
+        for job in out.jobs:
+            if job.kind == "robots":
+                _robots_fed(f, job, now, robots)
+                continue
+            i = job.item
+            fetched.append(i.url)
+            f.feedback(Feedback(lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome="fetched",
+                                status=200, latency=0.05, sent_at=now), now)  # fmt: skip
+    return fetched, submitted
+
+
+def test_a_sites_robots_sitemaps_are_submitted_once_per_crawl_and_copy_from_the_stored_robots() -> None:
+    f = _frontier(obey=True)
+    given = dict(revisit="adaptive", follow=2, priority=3, meta={"tag": "x"})
+    f.ingest([page("http://shop.test/", discover_sitemaps=True, **given), page("http://shop.test/b")], 0.0)
+    fetched, submitted = _run(f, 0.0, 1.0)
+    # the stored copy is read: absolute http(s) lines, each once, another site's too (cross-submission)
+    assert [s.url for s in submitted] == ["http://shop.test/a.xml", "http://cdn.other.test/shop.xml"]
+    for s in submitted:
+        assert (s.sitemap, s.sitemap_for, s.sitemap_depth, s.crawl) == (True, "shop.test", 1, "default")
+        assert (s.revisit, s.follow, s.priority, s.meta) == ([3600.0, 2_592_000.0], 2, 3, {"tag": "x"})
+        assert parse_input(msgspec.json.encode(s)).sitemap == "shop.test"  # intake takes it as a sitemap job
+    assert f.stats.sitemaps_found == 2
+    # a later URL asking the same, in the same crawl: nothing again; another crawl: its own
+    f.ingest([page("http://shop.test/c", discover_sitemaps=True),
+              page("http://shop.test/d", discover_sitemaps=True, crawl="books")], 2.0)  # fmt: skip
+    more, submitted = _run(f, 1.0, 20.0)
+    assert sorted(fetched + more) == [f"http://shop.test/{p}" for p in ("", "b", "c", "d")]
+    assert [(s.url, s.crawl) for s in submitted] == [("http://shop.test/a.xml", "books"),
+                                                     ("http://cdn.other.test/shop.xml", "books")]  # fmt: skip
+    # robots.txt fetched again (its TTL passed): the new copy is read again (intake's seen set drops
+    # the sitemaps already crawled)
+    later = f.settings.robots_ttl + 10.0
+    f.ingest([page("http://shop.test/e", discover_sitemaps=True)], later)
+    fetched, submitted = _run(f, later, 10.0, ROBOTS + b"Sitemap: http://shop.test/new.xml\n")
+    assert "http://shop.test/e" in fetched  # (with the root's revisit, due by now)
+    assert [s.url for s in submitted] == ["http://shop.test/a.xml", "http://cdn.other.test/shop.xml",
+                                          "http://shop.test/new.xml"]  # fmt: skip
+
+
+def test_without_robots_obeyed_the_robots_txt_itself_is_submitted_as_a_sitemap() -> None:
+    f = _frontier(obey=False)
+    f.ingest([page("http://shop.test/x", discover_sitemaps=True), page("http://shop.test/y", discover_sitemaps=True)],
+             0.0)  # fmt: skip
+    fetched, subs = _run(f, 0.0, 10.0)
+    assert fetched == ["http://shop.test/x", "http://shop.test/y"]
+    assert [(s.url, s.sitemap, s.sitemap_depth) for s in subs] == [("http://shop.test/robots.txt", True, 0)]
+    assert parse_input(msgspec.json.encode(subs[0])).url == "http://shop.test/robots.txt"
+
+
+def test_discover_sitemaps_passes_on_to_redirects_and_links_and_the_cli_sets_it() -> None:
+    root = page("http://shop.test/", discover_sitemaps=True, follow=1)
+    moved = FetchResult(status=301, headers={"location": "https://www.shop.test/"})
+    [target] = followups.follow_ups(root, moved, 5, "bot")
+    assert target.discover_sitemaps and target.url == "https://www.shop.test/"
+    html = FetchResult(status=200, headers={"content-type": "text/html"}, body=b'<a href="/next">n</a>')
+    [link] = followups.follow_ups(root, html, 5, "bot")
+    assert link.discover_sitemaps and link.url == "http://shop.test/next"
+    args = build_parser().parse_args(["submit", "--discover-sitemaps", "http://shop.test/"])
+    assert args.discover_sitemaps
+    value = json.loads(submission_value(b"http://shop.test/", discover_sitemaps=True))
+    assert value == {"url": "http://shop.test/", "discover_sitemaps": True}

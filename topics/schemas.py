@@ -89,6 +89,11 @@ class Submission(msgspec.Struct, forbid_unknown_fields=False, kw_only=True, omit
     sitemap_depth: int = 0
     # an adaptive revisit's first interval, seconds (a sitemap's lastmod or changefreq); 0: the default
     revisit_first: float = 0.0
+    # also crawl the sitemaps its site's robots.txt names (its ``Sitemap:`` lines, read from the copy
+    # the frontier keeps for politeness): each once per crawl, as throttled sitemap jobs with this
+    # URL's revisit, so a site given with its root is found whole and kept fresh. Passed on to
+    # redirect targets and followed links (another site reached is read the same way)
+    discover_sitemaps: bool = False
 
 
 class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -121,6 +126,7 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     # a sitemap job: the registrable domain whose URLs it may list (non-empty: a sitemap), index depth
     sitemap: str = ""
     sitemap_depth: int = 0
+    discover_sitemaps: bool = False  # also crawl its site's robots.txt sitemaps (Submission.discover_sitemaps)
     canonical: str = ""  # canonical form for the seen-set, when it differs from url
     recrawl: bool = False  # seen-set command from the Submission (never stored on a queued item)
     forget: bool = False  # seen-set command from the Submission: forget the URL, queue nothing
@@ -131,6 +137,12 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     agent: str = ""  # the robots.txt product token its requests match ("" the frontier's own; version 3)
     key: str = ""  # its URLFrontier queue key: recorded under it in its crawl (Submission.key; version 3)
     refetch_at: float | None = None  # a URLFrontier known URL: due again then (0: never); None: discovered
+
+    def passed_on_revisit(self) -> float | list[float]:
+        """The revisit this URL passes on to what it leads to (redirect target, followed links, the
+        URLs of a sitemap, its site's sitemaps), as a submission gives it: the same fixed interval,
+        or the same adaptive bounds (each page then learns its own interval)."""
+        return [self.revisit_min, self.revisit_max] if self.revisit_max > 0 else self.revisit
 
 
 class UrlBatch(msgspec.Struct, kw_only=True):

@@ -52,6 +52,22 @@ def bounds(spec: object) -> tuple[float, float] | None:
     raise ValueError('invalid revisit: seconds, "adaptive" or [min, max] seconds')
 
 
+def spec_of(value: object) -> float | str | list[float]:
+    """A revisit as a person writes it (a command line, a setting): seconds, ``"adaptive"``,
+    ``"MIN:MAX"`` seconds, or ``[min, max]``; the submission's form, or ValueError with the reason."""
+    spec: object = value
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            spec = text if text == "adaptive" else [float(v) for v in text.split(":")] if ":" in text else float(text)
+        except ValueError:
+            raise ValueError(f"invalid revisit {value[:50]!r}: seconds, 'adaptive' or MIN:MAX seconds") from None
+    elif isinstance(value, list | tuple):
+        spec = list(value)
+    bounds(spec)
+    return spec  # type: ignore[return-value]
+
+
 def first_interval(lo: float, hi: float, age: float | None = None) -> float:
     """The first interval of an adaptive revisit: half the page's ``age`` when known, else a quarter
     of the way up the bounds in the factors' log scale, ``lo * (hi / lo) ** START``; within the

@@ -21,6 +21,7 @@ import msgspec
 from protego import Protego
 
 MAX_ROBOTS_BYTES = 500 * 1024  # RFC 9309: parse at least the first 500 KiB
+MAX_SITEMAPS = 1000  # a robots.txt's Sitemap: lines followed (Submission.discover_sitemaps), at most
 
 
 class RobotsRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -77,6 +78,21 @@ class Rules:
             return False
         parser = self._parser
         return True if parser is None else bool(parser.can_fetch(url, agent or self.user_agent))
+
+    def sitemaps(self, most: int = MAX_SITEMAPS) -> list[str]:
+        """The sitemaps its ``Sitemap:`` lines name: absolute http(s) URLs of at most 2048
+        characters, each once, in order, at most ``most`` of them (the rest: see :meth:`sitemaps_named`)."""
+        parser = self._parser
+        if parser is None:
+            return []
+        found = dict.fromkeys(str(u).strip() for u in parser.sitemaps)
+        good = [u for u in found if u.lower().startswith(("http://", "https://")) and len(u) <= 2048]
+        return good[:most]
+
+    def sitemaps_named(self) -> int:
+        """How many distinct ``Sitemap:`` lines it has (those :meth:`sitemaps` leaves out included)."""
+        parser = self._parser
+        return 0 if parser is None else len({str(u).strip() for u in parser.sitemaps})
 
     def delay(self, agent: str = "") -> float:
         """The interval robots.txt asks ``agent`` for (Crawl-delay, or Request-rate's

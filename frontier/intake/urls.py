@@ -321,6 +321,7 @@ def item_from_submission(sub: Submission) -> UrlItem:
         revisit_max=hi,
         sitemap=sitemap_for,
         sitemap_depth=sub.sitemap_depth if sub.sitemap else 0,
+        discover_sitemaps=sub.discover_sitemaps,
         recrawl=sub.recrawl,
         forget=sub.forget,
         crawl=crawl,

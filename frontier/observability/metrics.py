@@ -60,7 +60,8 @@ class _Totals(Collector):
             labels=["event"],
         )
         for event in ("ingested", "duplicates", "dispatched", "completed", "retried", "returned", "lost", "disallowed",
-                      "dropped", "revisits", "forgotten", "recrawls", "skipped", "robots_fetched"):  # fmt: skip
+                      "dropped", "revisits", "forgotten", "recrawls", "skipped", "robots_fetched",
+                      "sitemaps_found"):  # fmt: skip
             events.add_metric([event], totals.get(event, 0))
         yield events
 

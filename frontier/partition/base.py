@@ -47,6 +47,10 @@ class PartitionBase:
         # origin → the agents (other than the frontier's own) whose Crawl-delay was applied since
         # its rules were stored (memory only: after a restart, applied again at the next dispatch)
         self._agent_delays: dict[str, set[str]] = {}
+        # (crawl, origin) → the robots.txt copy (its fetch time) whose sitemaps were submitted for the
+        # crawl (discover_sitemaps; memory only: after a restart submitted again, and the seen set
+        # drops them); a robots.txt fetched again is read again
+        self._sitemaps_read: dict[tuple[str, str], float] = {}
         self._unreported: list[str] = []  # report leases whose page is not out yet
         self.inflight = 0
         self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see Queues._qkey

@@ -153,6 +153,8 @@ class PartitionFrontier(Recorded, Visibility):
             if rules.unavailable and not self._robots_given_up(rules):
                 self._scheduler.schedule(qid, self._robots_due(rules))
                 return
+            if item.discover_sitemaps and not rules.unavailable:
+                self._discover_sitemaps(site, item, rules, out)
             if item.agent and not rules.unavailable:
                 self._agent_delay(site, item.host, rules, item.agent, now)
             if rules.unavailable or not rules.allowed(item.url, item.agent):
@@ -168,6 +170,8 @@ class PartitionFrontier(Recorded, Visibility):
                 self._dequeued(qid)
                 self._scheduler.schedule(qid, now)
                 return
+        elif item.discover_sitemaps:
+            self._discover_sitemaps(origin(item.url), item, None, out)
         decision = self._decide(scopes, now, item.cost, qid=qid)
         if decision.at is None:
             return  # waits for feedback on a full scope (registered as a waiter)

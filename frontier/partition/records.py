@@ -14,7 +14,7 @@ from frontier.core import policy
 from frontier.core.causes import Cause
 from frontier.core.control import Override
 from frontier.core.robots import RobotsRecord
-from topics.schemas import EncodedJob, Job, Page, UrlItem
+from topics.schemas import EncodedJob, Job, Page, Submission, UrlItem
 
 Changelog = Callable[[bytes, bytes | None], None]
 # (scope, old delay, new delay, cause text, cause class, gate until): whenever a scope's delay or gate changes
@@ -59,6 +59,7 @@ class Stats(msgspec.Struct, kw_only=True):
     stale_feedback: int = 0
     disallowed: int = 0
     robots_fetched: int = 0
+    sitemaps_found: int = 0  # sitemaps submitted from robots.txt Sitemap: lines (discover_sitemaps)
     fetched: int = 0  # pages with a response (any status) as the final outcome
     failed: int = 0  # pages that ended in a network error after their retries
     dropped: int = 0  # queued URLs removed by an operator's drop
@@ -112,6 +113,9 @@ class Dispatch:
     jobs: list[Job] = field(default_factory=list)
     records: list[bytes] = field(default_factory=list)  # jobs[i] encoded (the item's queued bytes spliced in)
     reports: list[Report] = field(default_factory=list)  # final pages of URLs never fetched
+    # new URLs the round found (a site's sitemaps, from its robots.txt): published on crawl.urls, in the
+    # round's transaction, to go through intake like any submission
+    submissions: list[Submission] = field(default_factory=list)
 
     def add(self, job: Job, record: EncodedJob) -> None:
         self.jobs.append(job)

@@ -6,15 +6,18 @@ delay). The rules themselves are ``frontier.core.robots``; the robots.txt job is
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import urljoin
 
 from frontier.core import policy
 from frontier.core.headers import retry_after
-from frontier.core.robots import RobotsRecord, Rules, retry_after_failures
+from frontier.core.robots import MAX_SITEMAPS, RobotsRecord, Rules, retry_after_failures
 from frontier.partition.keys import robots_key
-from frontier.partition.records import encoder, robots_dec
+from frontier.partition.records import Dispatch, encoder, robots_dec
 from frontier.partition.scopes import Scopes
-from topics.schemas import Feedback, UrlItem
+from topics.schemas import Feedback, Submission, UrlItem
+
+log = logging.getLogger("frontier")
 
 ROBOTS_CACHE = 10_000
 MAX_ROBOTS_REDIRECTS = 5
@@ -97,6 +100,32 @@ class Robots(Scopes):
         delay = rules.delay(agent)
         if delay > rules.delay():
             self._apply(host, policy.Robots(delay), now)
+
+    def _discover_sitemaps(self, site: str, item: UrlItem, rules: Rules | None, out: Dispatch) -> None:
+        """Submit the sitemaps the origin's robots.txt names (``item.discover_sitemaps``), once per
+        crawl and robots.txt copy, as sitemap jobs of the URL's crawl with its revisit, priority, meta,
+        follow budget and scopes; they may list the URL's registrable domain (a robots.txt may name
+        a sitemap elsewhere: sitemaps.org's cross-submission). ``rules`` None: robots.txt is not
+        obeyed, so not kept; the robots.txt itself is submitted as a sitemap (a throttled job) instead."""
+        copy = rules.record.fetched_at if rules is not None else 0.0
+        if self._sitemaps_read.get((item.crawl, site)) == copy:
+            return
+        if len(self._sitemaps_read) >= ROBOTS_CACHE:
+            self._sitemaps_read.clear()
+        self._sitemaps_read[(item.crawl, site)] = copy
+        if rules is None:
+            urls, depth = [f"{site}/robots.txt"], 0
+        else:
+            urls, depth = rules.sitemaps(), 1
+            if (named := rules.sitemaps_named()) > len(urls):
+                log.warning("%s/robots.txt: %d of its %d Sitemap lines followed (the others are not absolute "
+                            "http(s) URLs, or past %d)", site, len(urls), named, MAX_SITEMAPS)  # fmt: skip
+        for url in urls:
+            out.submissions.append(Submission(
+                url=url, priority=item.priority, meta=item.meta, follow=item.follow, scopes=item.scopes,
+                revisit=item.passed_on_revisit(), crawl=item.crawl, agent=item.agent, sitemap=True,
+                sitemap_for=item.domain, sitemap_depth=depth))  # fmt: skip
+        self.stats.sitemaps_found += len(urls)
 
     def _robots_record(self, site: str) -> RobotsRecord | None:
         rules = self._rules.get(site)

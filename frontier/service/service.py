@@ -321,7 +321,7 @@ class FrontierService(Reporting, Lifecycle):
             f.sweep_due(now)  # forgets aged-out seen entries, a bounded slice every SWEEP_INTERVAL (10 s)
             result = f.dispatch(now)
             self._publish(owned, result)
-            if owned.dirty or result.jobs or result.reports:
+            if owned.dirty or result.jobs or result.reports or result.submissions:
                 # the round's leases, jobs and report pages commit together
                 then = self._reported(f.partition, result) if result.reports else None
                 self._mark(f.partition, owned, then=then)
@@ -354,6 +354,8 @@ class FrontierService(Reporting, Lifecycle):
             self.metrics.jobs.labels(job.kind).inc()
         for report in result.reports:
             owned.writer.write(self.topics.pages, encode(report.page), report.page.url.encode())
+        for sub in result.submissions:  # through intake like any submission (its router routes it)
+            owned.writer.write(self.topics.urls, encode(sub), sub.url.encode())
 
     def _reported(self, p: int, result: Dispatch) -> Callable[[], None]:
         """Once a round's report pages committed, their report leases may go."""

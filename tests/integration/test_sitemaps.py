@@ -67,30 +67,23 @@ def _urlset(urls: list[str]) -> bytes:
             + "</urlset>").encode()  # fmt: skip
 
 
-def test_a_sites_sitemaps_lead_to_its_pages_and_hostile_ones_end_in_clear_errors(
-    bootstrap: str, tmp_path: Path
-) -> None:
+SITEMAPS = ["/robots.txt", "/index.xml", "/a.xml.gz", "/b.txt", "/hostile.xml", "/bomb.xml.gz", "/laughs.xml",
+            "/chain/1", "/chain/2"]  # robots.txt, depth 0 ... /chain/2, depth 3: the bound  # fmt: skip
+
+
+def _crawl(bootstrap: str, tmp_path: Path, submit: list[str], wanted_paths: list[str]) -> SitemapSites:
+    """Submit with the CLI; wait for a page of every sitemap and listed page; judge them, each once,
+    politely, and the hostile sitemaps' clear errors."""
     fleet = SitemapSites(2, first_octet=226).start()
     me = f"http://{fleet.sites[0].host}:{fleet.port}"
     stack = Stack(bootstrap, tmp_path / "stack", partitions=2,
                   throttle={"delay": 0.2, "autothrottle": {"start_delay": 0}})  # fmt: skip
     with crawling(stack, fleet, concurrency=4, urls=[]) as pages:
         cli = [sys.executable, "-m", "frontier.cli", "--config", str(stack.config_path)]
-        run = subprocess.run([*cli, "submit", "--sitemap", f"{me}/"], capture_output=True, text=True, timeout=60,
-                             check=False)  # fmt: skip
+        run = subprocess.run([*cli, "submit", *(a.replace("{me}", me) for a in submit)], capture_output=True,
+                             text=True, timeout=60, check=False)  # fmt: skip
         assert run.returncode == 0, run.stderr
-        sitemaps = [
-            "/robots.txt",
-            "/index.xml",
-            "/a.xml.gz",
-            "/b.txt",
-            "/hostile.xml",
-            "/bomb.xml.gz",
-            "/laughs.xml",
-            "/chain/1",
-            "/chain/2",
-        ]  # robots.txt, depth 0 ... /chain/2, depth 3: the bound
-        wanted = {me + p for p in sitemaps} | {f"{me}/page/{i}" for i in range(PAGES)}
+        wanted = {me + p for p in wanted_paths} | {f"{me}/page/{i}" for i in range(PAGES)}
         pages.wait_for(len(wanted), timeout=120, what="every sitemap and every page it lists")
         pages.settle()
         got = {p.url: p for p in pages.records}
@@ -109,3 +102,20 @@ def test_a_sites_sitemaps_lead_to_its_pages_and_hostile_ones_end_in_clear_errors
         requested = [h.path for h in fleet.sites[0].hits]
         assert requested.count("/page/0") == 1 and "/chain/3" not in requested
         assert not politeness_failures(fleet, 0.2, 1)
+    return fleet
+
+
+def test_a_sites_sitemaps_lead_to_its_pages_and_hostile_ones_end_in_clear_errors(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """``submit --sitemap`` of a site's root: its robots.txt is read as a sitemap job (a page)."""
+    _crawl(bootstrap, tmp_path, ["--sitemap", "{me}/"], SITEMAPS)
+
+
+def test_a_page_given_with_discover_sitemaps_leads_to_its_sites_sitemaps_from_the_robots_txt_kept(
+    bootstrap: str, tmp_path: Path
+) -> None:
+    """``submit --discover-sitemaps`` of one page: the Sitemap lines are read from the robots.txt the
+    frontier fetched for politeness; robots.txt is requested once, and is no page of its own."""
+    fleet = _crawl(bootstrap, tmp_path, ["--discover-sitemaps", "{me}/page/0"], SITEMAPS[1:])
+    assert [h.path for h in fleet.sites[0].hits].count("/robots.txt") == 1

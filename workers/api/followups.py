@@ -43,13 +43,6 @@ def page_headers(page_url: str, headers: dict[str, str]) -> dict[str, str]:
     return headers if target is None or target == location else {**headers, "location": target}
 
 
-def revisit_of(item: UrlItem) -> float | list[float]:
-    """The revisit a page passes on to its redirect target and the links it leads to (a site given
-    a revisit with its root is kept fresh): the same fixed interval, or the same adaptive bounds
-    (each page then learns its own interval)."""
-    return [item.revisit_min, item.revisit_max] if item.revisit_max > 0 else item.revisit
-
-
 def redirect(item: UrlItem, r: FetchResult, max_redirects: int) -> Submission | None:
     """The redirect target of a 3xx as a new submission carrying everything the job was given."""
     location = r.headers.get("location")
@@ -61,8 +54,9 @@ def redirect(item: UrlItem, r: FetchResult, max_redirects: int) -> Submission | 
         return None
     return Submission(url=target, priority=item.priority, meta=item.meta, follow=item.follow, scopes=item.scopes,
                       redirects=item.redirects + 1, cost=item.cost, autothrottle=item.adjust,
-                      revisit=revisit_of(item), crawl=item.crawl, agent=item.agent, sitemap=bool(item.sitemap),
-                      sitemap_for=item.sitemap, sitemap_depth=item.sitemap_depth)  # fmt: skip
+                      revisit=item.passed_on_revisit(), crawl=item.crawl, agent=item.agent, sitemap=bool(item.sitemap),
+                      sitemap_for=item.sitemap, sitemap_depth=item.sitemap_depth,
+                      discover_sitemaps=item.discover_sitemaps)  # fmt: skip
 
 
 def links(item: UrlItem, r: FetchResult, agent: str) -> list[Submission]:
@@ -73,7 +67,8 @@ def links(item: UrlItem, r: FetchResult, agent: str) -> list[Submission]:
     if r.links is not None:
         given = (absolute_location(item.url, link) for link in r.links)
         return [Submission(url=url, priority=item.priority, meta=item.meta, follow=item.follow - 1, scopes=item.scopes,
-                           revisit=revisit_of(item), crawl=item.crawl, agent=item.agent)
+                           revisit=item.passed_on_revisit(), crawl=item.crawl, agent=item.agent,
+                           discover_sitemaps=item.discover_sitemaps)
                 for url in dict.fromkeys(given) if url]  # fmt: skip
     if r.status != 200 or "html" not in r.content_type:
         return []
@@ -81,7 +76,8 @@ def links(item: UrlItem, r: FetchResult, agent: str) -> list[Submission]:
         return []
     found = same_site_links(item.url, decode_html(r.body, r.content_type), agent)
     return [Submission(url=link, priority=item.priority, meta=item.meta, follow=item.follow - 1, scopes=item.scopes,
-                       revisit=revisit_of(item), crawl=item.crawl, agent=item.agent)
+                       revisit=item.passed_on_revisit(), crawl=item.crawl, agent=item.agent,
+                       discover_sitemaps=item.discover_sitemaps)
             for link in found]  # fmt: skip
 
 

@@ -41,13 +41,15 @@ def judge(item: UrlItem, result: FetchResult) -> tuple[bool, dict[str, str]]:
     the digest and takes any validator it sends; a 2xx or 3xx is unchanged when its digest is the
     last one's. What tells nothing gives no validators (the frontier then keeps the last ones and
     the interval): an error or another status (a 5xx, a 404: the server's trouble, not the page's
-    change), a body cut at the size limit, a report without the body (``page`` False)."""
+    change), a body cut at the size limit, a report without the body (``page`` False and no body;
+    a report with its body and ``page`` False, as the Scrapy add-on's, is judged, its page not
+    published)."""
     if item.revisit <= 0 or result.error:
         return False, {}  # (no revisit: nothing to keep)
     given = _validators(result.headers)
     if result.status == 304 and conditional_headers(item):
         return True, {**item.validators, **given}
-    if not 200 <= result.status < 400 or result.truncated or not result.page:
+    if not 200 <= result.status < 400 or result.truncated or not (result.page or result.body):
         return False, {}
     location = result.headers.get("location", "") if result.status >= 300 else ""
     now = digest(result.status, result.body, location)

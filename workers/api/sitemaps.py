@@ -36,7 +36,7 @@ from protego import Protego
 from frontier.core import revisit
 from frontier.intake.urls import registrable_domain
 from topics.schemas import Submission, UrlItem
-from workers.api.followups import absolute_location, revisit_of
+from workers.api.followups import absolute_location
 
 GZIP_MAGIC = bytes((0x1F, 0x8B))
 MAX_URLS = 50_000
@@ -206,8 +206,9 @@ def follow_ups(item: UrlItem, url: str, body: bytes, at: float) -> tuple[list[Su
                 continue
             deeper = item.sitemap_depth + 1
             subs.append(Submission(url=target, priority=item.priority, meta=item.meta, follow=item.follow,
-                                   scopes=item.scopes, revisit=revisit_of(item), crawl=item.crawl, agent=item.agent,
-                                   sitemap=True, sitemap_for=allowed, sitemap_depth=deeper))  # fmt: skip
+                                   scopes=item.scopes, revisit=item.passed_on_revisit(), crawl=item.crawl,
+                                   agent=item.agent, sitemap=True, sitemap_for=allowed,
+                                   sitemap_depth=deeper))  # fmt: skip
     other = 0
     for entry in got.entries:
         target = absolute_location(url, entry.url)
@@ -215,7 +216,7 @@ def follow_ups(item: UrlItem, url: str, body: bytes, at: float) -> tuple[list[Su
             other += 1
             continue
         subs.append(Submission(url=target, priority=item.priority + _nudge(entry.priority), meta=item.meta,
-                               follow=item.follow, scopes=item.scopes, revisit=revisit_of(item),
+                               follow=item.follow, scopes=item.scopes, revisit=item.passed_on_revisit(),
                                revisit_first=_first(item, entry, at), crawl=item.crawl, agent=item.agent))  # fmt: skip
     if other:
         notes.append(f"{other} URLs left out: not of {allowed} (or not URLs)")

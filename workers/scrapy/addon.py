@@ -11,7 +11,10 @@ cannot honour: a reactor other than asyncio's, or another scheduler.
 
 Settings it reads: ``CRAWL_FRONTIER_CONFIG`` (a TOML file; else the ``CRAWL__*`` environment and the
 defaults), ``CRAWL_FRONTIER_CRAWL`` (the crawl; default the spider's name), ``CRAWL_FRONTIER_PAGES``
-(also publish each page on ``crawl.pages``; default off: a Scrapy project's output is its items).
+(also publish each page on ``crawl.pages``; default off: a Scrapy project's output is its items),
+``CRAWL_FRONTIER_REVISIT`` (every request fetched again: seconds, ``"adaptive"`` or ``"MIN:MAX"``,
+conditional once the page gave validators; a request's ``meta["frontier_revisit"]`` overrides it;
+default 0: once).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ import logging
 from typing import Any
 
 from scrapy.settings import BaseSettings
+
+from frontier.core.revisit import spec_of
 
 log = logging.getLogger("workers.scrapy")
 
@@ -44,6 +49,10 @@ def refusal(settings: BaseSettings) -> str:
     ):
         return (f"crawl-frontier: SCHEDULER is {scheduler!r}; the frontier add-on brings its own scheduler "
                 "(remove the setting)")  # fmt: skip
+    try:
+        spec_of(settings.get("CRAWL_FRONTIER_REVISIT") or 0.0)
+    except ValueError as exc:
+        return f"crawl-frontier: CRAWL_FRONTIER_REVISIT: {exc}"
     return ""
 
 

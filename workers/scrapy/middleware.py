@@ -97,7 +97,8 @@ class FrontierDownloaderMiddleware:
             return response
         leased.sent(now)  # surely out by now: the host's next job may go once its gap has passed
         leased.answered(response.status, headers)
-        outcome = Outcome(status=response.status, headers=headers, body=response.body if run.pages else b"",
+        keep = run.pages or leased.job.item.revisit > 0  # a revisit's body is digested (is it unchanged?)
+        outcome = Outcome(status=response.status, headers=headers, body=response.body if keep else b"",
                           sent_at=now, latency=latency, done_at=now, links=[])  # fmt: skip
         if (response.status in run.jobs.backoff_codes(leased.job)  # type: ignore[union-attr]
                 and leased.job.retries_left > 0 and not request.meta.get("dont_retry")):  # fmt: skip

@@ -4,11 +4,15 @@ A request a spider yields becomes a :class:`~topics.schemas.Submission` of the s
 ``meta["scrapy"]`` holds what Scrapy needs to rebuild it (``Request.to_dict``: method, headers,
 body, cookies, callback and errback by name, meta, ``cb_kwargs``, flags, priority, the class), in
 JSON: headers as latin-1 pairs, the body in base64. ``dont_filter`` becomes ``recrawl`` (queued
-even if seen). Meta, cookies or ``cb_kwargs`` that JSON cannot carry are refused with
-:class:`UnencodableRequest` naming the key: never dropped in silence, never pickled.
+even if seen). ``meta["frontier_revisit"]`` (else the ``CRAWL_FRONTIER_REVISIT`` setting) gives
+the request a revisit: seconds, ``"adaptive"``, ``"MIN:MAX"`` or ``[min, max]`` (0: fetched once).
+Meta, cookies or ``cb_kwargs`` that JSON cannot carry are refused with :class:`UnencodableRequest`
+naming the key: never dropped in silence, never pickled.
 
 A leased job becomes the :class:`scrapy.Request` again (a URL submitted outside Scrapy, with no
-``scrapy`` meta, becomes a plain request to the spider's ``parse``), marked with its lease.
+``scrapy`` meta, becomes a plain request to the spider's ``parse``), marked with its lease. A
+revisit carries the validators its last fetch left (``If-None-Match``, ``If-Modified-Since``): a
+304 reaches no callback (Scrapy's ``HttpErrorMiddleware``) and is reported unchanged.
 """
 
 from __future__ import annotations
@@ -19,9 +23,12 @@ from typing import Any
 from scrapy import Request, Spider
 from scrapy.utils.request import request_from_dict
 
+from frontier.core.revisit import spec_of
 from topics.schemas import Job, Submission
+from workers.api.revisits import conditional_headers
 
 SCRAPY_META = "scrapy"  # the key of a submission's meta that carries the Scrapy request
+REVISIT_META = "frontier_revisit"  # a request's revisit (else the spider's CRAWL_FRONTIER_REVISIT)
 JOB_KEY = "_frontier_job"  # on a request made from a job: the job's lease
 PARENT_KEY = "_frontier_parent"  # on a request a callback yielded: the lease of the response's job
 HANDED_BACK = "_frontier_handed_back"  # on the request a middleware returns only to end a retried job
@@ -89,10 +96,17 @@ def check_request(request: Request) -> None:
     _check(request.url, "cookies", request.cookies)
 
 
-def to_submission(request: Request, spider: Spider | None, crawl: str, agent: str = "") -> Submission:
+def to_submission(
+    request: Request, spider: Spider | None, crawl: str, agent: str = "", revisit: float | str | list[float] = 0.0
+) -> Submission:
     """The submission that queues ``request`` in ``crawl``, robots.txt matched for ``agent`` (the
-    spider's User-Agent) (raises :class:`UnencodableRequest`)."""
+    spider's User-Agent), with its ``frontier_revisit`` meta or else ``revisit`` (raises
+    :class:`UnencodableRequest`)."""
     check_request(request)
+    try:
+        revisit = spec_of(request.meta.get(REVISIT_META, revisit))
+    except ValueError as exc:
+        raise UnencodableRequest(f"request {request.url}: meta {REVISIT_META!r}: {exc}") from None
     try:
         d = request.to_dict(spider=spider)
     except ValueError as exc:  # a callback that is not a method of the spider: no name to send
@@ -112,7 +126,8 @@ def to_submission(request: Request, spider: Spider | None, crawl: str, agent: st
     plain = request.method == "GET" and not body
     redirects = int(request.meta.get("redirect_times", 0) or 0)
     return Submission(url=request.url, priority=request.priority, meta={SCRAPY_META: d}, crawl=crawl,
-                      recrawl=request.dont_filter or not plain, redirects=redirects, agent=agent)  # fmt: skip
+                      recrawl=request.dont_filter or not plain, redirects=redirects, agent=agent,
+                      revisit=revisit)  # fmt: skip
 
 
 def to_request(job: Job, spider: Spider) -> Request:
@@ -134,5 +149,7 @@ def to_request(job: Job, spider: Spider) -> Request:
         kwargs["body"] = base64.b64decode(body64) if body64 else b""
         kwargs["meta"] = dict(kwargs.get("meta") or {})
         request = request_from_dict(kwargs, spider=spider)
+    for name, value in conditional_headers(item).items():  # a revisit: asked only if changed since
+        request.headers.setdefault(name, value)
     request.meta[JOB_KEY] = job.lease
     return request

@@ -37,6 +37,7 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 
 from frontier.client import FrontierClient
 from frontier.config import Config, load
+from frontier.core.revisit import spec_of
 from frontier.kafka import KafkaUnreachable
 from topics.schemas import Submission
 from workers.api import Jobs, LeasedJob, Outcome
@@ -93,6 +94,7 @@ class FrontierScheduler:
         self.cfg = crawl_config(self.settings)
         self.crawl: str = self.settings.get("CRAWL_FRONTIER_CRAWL") or str(getattr(crawler.spidercls, "name", ""))
         self.pages = self.settings.getbool("CRAWL_FRONTIER_PAGES", False)
+        self.revisit = spec_of(self.settings.get("CRAWL_FRONTIER_REVISIT") or 0.0)  # (the add-on checked it)
         self.concurrency = self.settings.getint("CONCURRENT_REQUESTS", 16)
         self.spider: Spider | None = None
         self.agent = ""  # the User-Agent its requests send: robots.txt is matched with it
@@ -197,7 +199,7 @@ class FrontierScheduler:
             return True  # the end of a job the frontier retries (see the downloader middleware)
         lease = meta.get(PARENT_KEY) or meta.get(JOB_KEY)
         try:
-            sub = to_submission(request, self.spider, self.crawl, self.agent)
+            sub = to_submission(request, self.spider, self.crawl, self.agent, self.revisit)
         except UnencodableRequest as exc:
             log.error("%s", exc)
             self.crawler.stats.inc_value("frontier/unencodable")
