@@ -11,7 +11,7 @@ from frontier.core.policy import Done, ScopeState, Sent, apply, decide, delay
 from frontier.observability.status import sentence
 from frontier.sim import sites
 from frontier.sim.engine import T0, simulate
-from frontier.sim.grid import BUDGETS, budgets, open_settings
+from frontier.sim.grid import BUDGETS, _budget_row, budgets, open_settings
 
 DEFAULTS = ScopeSettings()
 OPEN = open_settings(DEFAULTS, 5.0, 0.05)
@@ -21,6 +21,21 @@ OPEN = open_settings(DEFAULTS, 5.0, 0.05)
 def test_a_staged_quota_is_spent_evenly_each_period_after_two(case: tuple[int, float, bool, float, bool]) -> None:
     (row,) = budgets(DEFAULTS, (case,))
     assert row.met, f"{row.scenario}: {row.detail}; inside windows {row.result.inside_windows}"
+
+
+# short periods entered late, with the defaults (a 0.1 s floor, one request in flight): the first
+# period's refusals end at its turn before two halvings of the rate could be seen
+LATE = ((40, 20.0, False, 0.8), (40, 20.0, True, 0.5), (200, 20.0, False, 0.95), (40, 60.0, False, 0.8),
+        (120, 60.0, True, 0.8), (120, 60.0, False, 0.8))  # fmt: skip
+
+
+@pytest.mark.parametrize("case", LATE, ids=lambda c: f"{c[0]}/{c[1]:g}s ra={c[2]} entered {c[3]:.0%}")
+def test_a_short_period_entered_late_is_found_from_its_turn(case: tuple[int, float, bool, float]) -> None:
+    """Refusals that end at once are tested with a burst at the floor: a period that turned lets it
+    through, and the scope counts the next period at the rate it had before the refusals."""
+    quota, window, retry_after, phase = case
+    row = _budget_row(DEFAULTS, quota, window, retry_after, 0.0, True, phase)
+    assert row.met, f"{row.scenario}: {row.detail}"
 
 
 def _staged(quota: int = 120, window: float = 60.0) -> sites.StagedQuota:

@@ -13,11 +13,20 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
   both halvings, the server counts, whatever the rate: a **budget**. What this period let
   through before the run is the budget; the adaptation is put back as it was before the run (a
   budget is no rate, and the slowest rate the refusals forced must not outlive the period).
+  A run that ends at once is tested (short periods turn before two halvings can be seen): at
+  least half of the four answers before four successes in a row were refused, the successes
+  came at about the rate the refusals did (``TURN_GAP``), and no refusal announced a window. Then
+  ``TEST`` requests go at the scope's floor: a budget fresh from its turn lets the burst through
+  (the period turned: **counting**, the adaptation put back as it was before the run), a rate
+  limit that just refused does not (one refusal, not the adaptation's: the run ends). A period
+  counted from a tested turn that lets twice its budget through had none.
 - **spent**: the period's budget is gone. Only probes go out, at a growing interval (1/32 of the
   time since the refusals began, 1 s to an hour, 1/32 of the period once it is known), the next
   at once after a success (at the budget's pace once it is known);
   ``TURN`` successes in a row say the period turned (refusals that end at once).
-- **counting**: a period began, its length is not known yet. The scope runs as the adaptation
+- **counting**: a period began, its length is not known yet. After the first turn seen, with a
+  budget counted from a turn, the budget is paced over a guessed period (as long as the refusals
+  lasted) until that guess has passed or a second turn measures it. The scope runs as the adaptation
   lets it until refusals begin again at about the budget: that period's count is the budget,
   and the next turn gives the period (the time between two turns seen).
 - **pacing**: budget and period known: requests are spread evenly, ``period / budget`` apart
@@ -60,6 +69,10 @@ SPARE = 0.02  # paced this much under the budget; a budget lowered by a refusal 
 PROBE_SHARE = 1 / 32  # while spent: probe every this share of the time since the refusals began...
 PROBE_MIN, PROBE_MAX = 1.0, 3600.0  # ...within these bounds (seconds)
 FULL = 0.9  # a period that used this share of its budget tells whether more would have passed
+# refusals that end at once at the rate they came at: a period turned (TURN_RUN refused in a row,
+# then TURN_LONG successes in a row, sent at most TURN_GAP times the last refusal's interval apart)
+TURN_RUN, TURN_LONG, TURN_GAP = 4, 4, 1.5
+TEST = 4  # a suspected turn is tested with this many requests at the scope's floor: all must pass
 
 
 def _rep(state: ScopeState, **changes: object) -> ScopeState:
@@ -70,6 +83,8 @@ def pace(state: ScopeState) -> float:
     """The gap a learned budget asks for (0: none)."""
     if state.bud_mode in (PACING, SPENT) and state.bud_size > 0 and state.bud_period > 0:
         return state.bud_period / (state.bud_size * (1 - SPARE))
+    if state.bud_mode == COUNTING and state.bud_size > 0 and state.bud_guess > 0:
+        return state.bud_guess / (state.bud_size * (1 - SPARE))
     return 0.0
 
 
@@ -85,7 +100,10 @@ def hold(state: ScopeState) -> float | None:
 
 def advance(state: ScopeState, now: float) -> ScopeState:
     """Pacing: a period that has ended makes way for the next (probing upward when it used its
-    budget without a refusal)."""
+    budget without a refusal). Counting over a guessed period: once it has passed with no refusal,
+    the guess is dropped (the scope runs as the adaptation lets it until the budget refuses)."""
+    if state.bud_mode == COUNTING and state.bud_guess > 0 and now >= state.bud_start + state.bud_guess:
+        return _rep(state, bud_guess=0.0)
     if state.bud_mode != PACING or state.bud_period <= 0 or now < state.bud_start + state.bud_period:
         return state
     size, clean = state.bud_size, 0
@@ -99,8 +117,16 @@ def advance(state: ScopeState, now: float) -> ScopeState:
 
 
 def on_sent(state: ScopeState, at: float) -> ScopeState:
-    """The first send starts the first period (as far as this scope can tell)."""
+    """The first send starts the first period (as far as this scope can tell); a test request is
+    one fewer to send."""
+    if state.bud_test_left > 0:
+        state = _rep(state, bud_test_left=state.bud_test_left - 1)
     return _rep(state, bud_start=at) if state.bud_start < 0 else state
+
+
+def testing(state: ScopeState) -> bool:
+    """Whether the scope sends test requests now, at its floor (see :func:`_test_answer`)."""
+    return state.bud_test_left > 0
 
 
 def on_response(
@@ -110,6 +136,8 @@ def on_response(
     is the scope's delay and ``gap`` its sending interval before this response. Returns the
     state and whether the refusal is the budget's (the adaptation must not take it as a rate)."""
     mode = state.bud_mode
+    if state.bud_test_at >= 0 and sent >= state.bud_test_at:
+        return _test_answer(state, refused)
     if mode == SPENT:  # probes sent slowly tell nothing about the rate: the adaptation is left as it was
         return _spent(state, refused, sent), True
     if mode in (COUNTING, PACING):
@@ -125,7 +153,21 @@ def _watching(
     limit accepts about as much at both rates (a token bucket lets its rate through, then stops
     refusing below it); a budget accepts its share of whatever is sent: half the rate, half the
     accepted."""
-    st = _rep(state, bud_ok=state.bud_ok + (not refused), bud_streak=0 if refused else state.bud_streak + 1)
+    st = _rep(
+        state,
+        bud_ok=state.bud_ok + (not refused),
+        bud_streak=0 if refused else state.bud_streak + 1,
+        bud_hist=((state.bud_hist << 1) | (refused and state.gate_until <= now)) & 0xFFFF,
+    )
+    if refused:
+        st = _rep(st, bud_ref_gap=gap)
+    elif st.bud_streak == 1:
+        st = _rep(st, bud_streak_at=sent)
+    if (st.bud_run_at >= 0 and st.bud_streak == TURN_LONG and st.bud_test_at < 0 and st.bud_run_ok >= 2 * TEST
+            and _turned(st, sent)):  # fmt: skip
+        # refusals that ended at once: a period's turn, or a rate limit's? A budget fresh from its
+        # turn lets a burst through; a rate limit that just refused does not
+        return _rep(st, bud_test_at=now, bud_test_left=TEST, bud_test_n=0), False
     if st.bud_run_at < 0:
         if not refused:
             return st, False
@@ -160,6 +202,41 @@ def _watching(
                 bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_follows=halvings), False  # fmt: skip
 
 
+def _turned(st: ScopeState, sent: float) -> bool:
+    """Refusals that ended at once while the rate stayed: at least half of the ``TURN_RUN`` answers
+    before ``TURN_LONG`` successes in a row were refused, and the successes were sent at most
+    ``TURN_GAP`` times the interval of the last refusal apart on average; a refusal that announced
+    a window is none of them (a bucket refills meanwhile)."""
+    before = (st.bud_hist >> TURN_LONG) & ((1 << TURN_RUN) - 1)
+    mean = (sent - st.bud_streak_at) / (TURN_LONG - 1)
+    return bin(before).count("1") * 2 >= TURN_RUN and 0 < mean <= TURN_GAP * st.bud_ref_gap
+
+
+def _test_answer(st: ScopeState, refused: bool) -> tuple[ScopeState, bool]:
+    """An answer to a test request: a refusal ends the test (a rate limit: the adaptation does not
+    take it, the burst was the test's); ``TEST`` successes say the period turned."""
+    if refused:
+        return _end_run(_rep(st, bud_test_at=-1.0, bud_test_left=0, bud_test_n=0, bud_streak=0)), True
+    st = _rep(st, bud_test_n=st.bud_test_n + 1, bud_ok=st.bud_ok + 1, bud_streak=st.bud_streak + 1)
+    if st.bud_test_n < TEST:
+        return st, False
+    return _turn_seen(_rep(st, bud_test_at=-1.0, bud_test_left=0, bud_test_n=0)), False
+
+
+def _turn_seen(st: ScopeState) -> ScopeState:
+    """A period turned: what went through before the refusals is its budget (counted again this
+    period); the adaptation is put back as it was before them."""
+    at = st.bud_streak_at
+    size = float(st.bud_run_ok)
+    return _end_run(_rep(
+        st, bud_mode=COUNTING, bud_size=size, bud_start=at, bud_ok=st.bud_streak, bud_refused=-1.0, bud_streak=0,
+        bud_period_was=st.bud_period, bud_fresh=True, bud_exact=True, limit=st.bud_limit0, backoff=st.bud_backoff0,
+        sig_sent=-1.0, sig_ok=0, bud_tested=True,
+        cause=f"refusals ended at once and a burst went through: a period turned; budget ≈ {size:.0f} a period",
+        cause_kind=Cause.BUDGET,
+    ))  # fmt: skip
+
+
 def _end_run(st: ScopeState) -> ScopeState:
     return _rep(st, bud_run_at=-1.0, bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_n1=0, bud_r1=0, bud_follows=0)
 
@@ -168,7 +245,8 @@ def _found(st: ScopeState, now: float, fast: float, slow: float) -> ScopeState:
     """The run's refusals did not follow the rate: a budget of what the period let through."""
     size = float(st.bud_run_ok)
     return _end_run(_rep(
-        st, bud_mode=SPENT, bud_size=size, bud_refused=st.bud_run_at, bud_streak=0, bud_streak_at=-1.0,
+        st, bud_mode=SPENT, bud_tested=False, bud_size=size, bud_refused=st.bud_run_at, bud_streak=0,
+        bud_streak_at=-1.0,
         limit=st.bud_limit0,
         backoff=st.bud_backoff0, sig_sent=-1.0, sig_ok=0,
         cause=f"budget ≈ {size:.0f} this period from 429s that did not follow the rate ({st.bud_r} of "
@@ -195,7 +273,12 @@ def _spent(st: ScopeState, refused: bool, sent: float) -> ScopeState:
     period = _measured(st.bud_period, st.bud_seen, at)
     mode = PACING if period > 0 and st.bud_size > 0 else COUNTING
     said = f"≈ {st.bud_size:.0f} per {_span(period)}" if mode == PACING else f"≈ {st.bud_size:.0f} a period"
-    return _rep(st, bud_mode=mode, bud_start=at, bud_ok=streak, bud_refused=-1.0, bud_streak=0,
+    # the first turn seen: until a second one measures the period, it is taken to be as long as the
+    # refusals lasted (their first to this turn), and the budget paced over that
+    guess = at - st.bud_refused if mode == COUNTING and st.bud_exact and 0 <= st.bud_refused < at else 0.0
+    said += f" (paced over {_span(guess)} until the next turn measures the period)" if guess else ""
+    return _rep(st, bud_mode=mode, bud_tested=False, bud_start=at, bud_ok=streak, bud_refused=-1.0, bud_streak=0,
+                bud_guess=guess,
                 bud_period_was=st.bud_period, bud_period=period, bud_fresh=True, bud_exact=True,
                 cause=f"the period turned (refusals ended at once): budget {said}",
                 cause_kind=Cause.BUDGET)  # fmt: skip
@@ -213,6 +296,11 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
         return _spent_again(st, sent, "refused again right after what looked like the period's turn", period=True), True
     if not refused:
         st = _rep(st, bud_ok=st.bud_ok + 1)
+        if st.bud_tested and st.bud_mode == COUNTING and st.bud_ok > 2 * st.bud_size + 2 * TURN:
+            # twice the budget went through without a refusal: it was none (or is another now)
+            return _rep(_end_run(st), bud_mode=WATCHING, bud_size=0.0, bud_guess=0.0, bud_fresh=False, bud_tested=False,
+                        bud_exact=False, cause=f"no budget after all: {st.bud_ok} went through in a period",
+                        cause_kind=Cause.BUDGET), False  # fmt: skip
         if st.bud_fresh and st.bud_ok >= 2 * TURN:  # the turn is confirmed: periods are measured from it
             st = _rep(st, bud_seen=st.bud_start, bud_fresh=False)
     if st.bud_run_at >= 0 and sent > st.bud_slow_at:  # a refusal being judged: answers sent after it
@@ -231,7 +319,7 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
         return st, False
     if refused and st.bud_run_at < 0:
         early = st.bud_mode == PACING and now - st.bud_start < st.bud_period / 4
-        if st.bud_mode == COUNTING or st.bud_ok >= half or st.bud_size <= 0 or early:
+        if st.bud_ok >= half or st.bud_size <= 0 or early:
             return _rep(st, bud_run_at=sent, bud_slow_at=now, bud_run_ok=st.bud_ok, bud_n=0, bud_r=0,
                         bud_limit0=st.limit, bud_backoff0=st.backoff, bud_streak_at=-1.0), False  # fmt: skip
     return st, False  # far under the budget: a rate limit on top (the adaptation's)
@@ -278,7 +366,8 @@ def _judged_spent(st: ScopeState, sent: float) -> ScopeState:
 def _spent_again(st: ScopeState, sent: float, why: str, period: bool = False) -> ScopeState:
     """Spent: wait for the period to turn, the adaptation as it was before the refusals."""
     limit, backoff = (st.bud_limit0, st.bud_backoff0) if st.bud_run_at >= 0 else (st.limit, st.backoff)
-    return _rep(st, bud_mode=SPENT, bud_refused=sent, bud_streak=0, bud_streak_at=sent, bud_fresh=False,
+    return _rep(st, bud_mode=SPENT, bud_tested=False, bud_refused=sent, bud_streak=0, bud_streak_at=sent,
+                bud_fresh=False,
                 bud_period=st.bud_period_was if period else st.bud_period, bud_run_at=-1.0, bud_slow_at=-1.0,
                 bud_n=0, limit=limit,
                 backoff=backoff, sig_sent=-1.0, sig_ok=0, cause=why, cause_kind=Cause.BUDGET)  # fmt: skip

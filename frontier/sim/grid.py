@@ -144,7 +144,10 @@ def _budget_row(s: ScopeSettings, quota: int, window: float, retry_after: bool, 
                              retry_after=retry_after, rate=rate, every=every)  # fmt: skip
     r = simulate(site, s, duration=window * (BUDGET_PERIODS - phase), warmup=window * (2 - phase))
     judged = [site.periods.get(k, [0, 0]) for k in range(2, BUDGET_PERIODS)]
-    used = [served / site.free for served, _ in judged]
+    # what a period serves without refusing any: the staged quota's first half, or less under a
+    # token bucket that lets fewer through in a period (its rate; its burst at most once)
+    free = min(site.free, rate * window) if rate else site.free
+    used = [served / free for served, _ in judged]
     sent = sum(a + b for a, b in judged)
     refused = sum(b for _, b in judged) / sent if sent else 0.0
     ok = bool(used) and min(used) >= 0.9 and refused <= 0.05 and r.inside_windows == 0
