@@ -72,6 +72,7 @@ FULL = 0.9  # a period that used this share of its budget tells whether more wou
 # refusals that end at once at the rate they came at: a period turned (TURN_RUN refused in a row,
 # then TURN_LONG successes in a row, sent at most TURN_GAP times the last refusal's interval apart)
 TURN_RUN, TURN_LONG, TURN_GAP = 4, 4, 1.5
+TEST_INFLIGHT = 2  # ...only while at most this many requests are in flight
 TEST = 4  # a suspected turn is tested with this many requests at the scope's floor: all must pass
 
 
@@ -163,8 +164,9 @@ def _watching(
         st = _rep(st, bud_ref_gap=gap)
     elif st.bud_streak == 1:
         st = _rep(st, bud_streak_at=sent)
+    # (with many requests in flight, answers interleave by arrival: a short burst tells nothing)
     if (st.bud_run_at >= 0 and st.bud_streak == TURN_LONG and st.bud_test_at < 0 and st.bud_run_ok >= 2 * TEST
-            and _turned(st, sent)):  # fmt: skip
+            and st.inflight <= TEST_INFLIGHT and _turned(st, sent)):  # fmt: skip
         # refusals that ended at once: a period's turn, or a rate limit's? A budget fresh from its
         # turn lets a burst through; a rate limit that just refused does not
         return _rep(st, bud_test_at=now, bud_test_left=TEST, bud_test_n=0), False
@@ -209,7 +211,8 @@ def _turned(st: ScopeState, sent: float) -> bool:
     a window is none of them (a bucket refills meanwhile)."""
     before = (st.bud_hist >> TURN_LONG) & ((1 << TURN_RUN) - 1)
     mean = (sent - st.bud_streak_at) / (TURN_LONG - 1)
-    return bin(before).count("1") * 2 >= TURN_RUN and 0 < mean <= TURN_GAP * st.bud_ref_gap
+    slowed = st.bud_ref_gap >= 2 * st.bud_limit0  # refused at half the rate that went through before, or slower
+    return bin(before).count("1") * 2 >= TURN_RUN and 0 < mean <= TURN_GAP * st.bud_ref_gap and slowed
 
 
 def _test_answer(st: ScopeState, refused: bool) -> tuple[ScopeState, bool]:
@@ -314,7 +317,7 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
             if st.bud_mode == PACING and st.bud_run_ok < half:  # the period expected had not turned yet
                 st = _rep(_rephased(st), **back)
             elif st.bud_run_ok >= FULL * st.bud_size:  # at the budget's edge: the period turned meanwhile
-                st = _rep(st, **back)
+                st = _rep(_counted_turn(st) if st.bud_mode == COUNTING and st.bud_tested else st, **back)
             return _rep(st, bud_run_at=-1.0, bud_n=0, bud_r=0), False  # (else a rate limit's refusal, the adaptation's)
         return st, False
     if refused and st.bud_run_at < 0:
@@ -323,6 +326,22 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
             return _rep(st, bud_run_at=sent, bud_slow_at=now, bud_run_ok=st.bud_ok, bud_n=0, bud_r=0,
                         bud_limit0=st.limit, bud_backoff0=st.backoff, bud_streak_at=-1.0), False  # fmt: skip
     return st, False  # far under the budget: a rate limit on top (the adaptation's)
+
+
+def _counted_turn(st: ScopeState) -> ScopeState:
+    """Counting: refusals at the budget's edge, then successes: the period turned between them. The
+    count is the budget (exact when counted from a turn), and the period is measured from the turn
+    seen before (then paced)."""
+    at = (st.bud_run_at + st.bud_streak_at) / 2 if st.bud_streak_at > st.bud_run_at else st.bud_run_at
+    period = _measured(st.bud_period, st.bud_seen, at)
+    size = float(st.bud_run_ok) if st.bud_exact else st.bud_size
+    mode = PACING if period > 0 and size > 0 else COUNTING
+    said = f"≈ {size:.0f} per {_span(period)}" if mode == PACING else f"≈ {size:.0f} a period"
+    return _rep(st, bud_mode=mode, bud_start=at, bud_seen=at if st.bud_seen >= 0 else -1.0, bud_period=period,
+                bud_size=size, bud_ok=st.bud_n - st.bud_r, bud_exact=True, bud_fresh=st.bud_seen < 0,
+                bud_tested=False, bud_guess=0.0,
+                cause=f"the period turned (refusals at the budget's edge ended): budget {said}",
+                cause_kind=Cause.BUDGET)  # fmt: skip
 
 
 def _rephased(st: ScopeState) -> ScopeState:

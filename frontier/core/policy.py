@@ -116,8 +116,8 @@ def current_at_delay(state: ScopeState, s: ScopeSettings) -> float:
 
 def delay(state: ScopeState, s: ScopeSettings) -> float:
     """The scope's current gap between two sends (before jitter)."""
-    if budget.testing(state):  # a few requests at the floor tell a budget's turn from a rate limit
-        return max(base_delay(state, s), floor(state, s))
+    if budget.testing(state):  # a few requests at the rate before the refusals tell a budget's turn from a rate limit
+        return max(base_delay(state, s), floor(state, s), state.bud_limit0)
     d = current_at_delay(state, s) if s.autothrottle.enabled else base_delay(state, s)
     if state.backoff > d:
         d = state.backoff

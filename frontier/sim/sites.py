@@ -217,6 +217,7 @@ class StagedQuota(Site):
     retry_after: bool = False
     rate: float = 0.0
     every: bool = False
+    burst: float = 0.0  # the token bucket's burst (0: twice its rate)
     served: int = 0
     periods: dict[int, list[int]] = field(default_factory=dict)  # period -> [served, refused]
     _period: int = -1
@@ -226,7 +227,7 @@ class StagedQuota(Site):
     def __post_init__(self) -> None:
         self.allowance = self.quota / self.window
         if self.rate > 0:
-            self._bucket = TokenBucket(rate=self.rate, burst=2 * self.rate)
+            self._bucket = TokenBucket(rate=self.rate, burst=self.burst or 2 * self.rate)
 
     @property
     def free(self) -> int:
