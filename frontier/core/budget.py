@@ -62,6 +62,7 @@ HALVINGS = 2  # ...at this many halvings of the sending rate in a row (a bucket'
 RATE_SHARE = 0.15  # under this share refused at the lower rate: a rate limit
 JUDGE = 6  # once a period's budget is known, a refusal is judged by the answers to this many requests after it
 RUN_END = 20  # successes in a row end a run of refusals
+RUN_NEW = 8  # a refusal after this many successes in a row begins a new run (of the period, the rate before it)
 TURN = 4  # successes in a row while spent: the period turned
 UP = 0.03  # periods that used their budget without refusal: the next one allows this much more...
 CLEAN = 2  # ...after this many of them in a row, and twice as much more after each next one
@@ -170,10 +171,11 @@ def _watching(
         # refusals that ended at once: a period's turn, or a rate limit's? A budget fresh from its
         # turn lets a burst through; a rate limit that just refused does not
         return _rep(st, bud_test_at=now, bud_test_left=TEST, bud_test_n=0), False
-    if st.bud_run_at < 0:
+    if st.bud_run_at < 0 or (refused and state.bud_streak >= RUN_NEW):
         if not refused:
             return st, False
-        # a run begins: remember what the period let through and what the adaptation knew before it
+        # a run begins (a refusal after RUN_NEW successes in a row begins a new one): remember what
+        # the period let through and what the adaptation knew before it
         return _rep(st, bud_run_at=sent, bud_run_ok=state.bud_ok, bud_run_gap=gap, bud_n1=1, bud_r1=1,
                     bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_limit0=st.limit,
                     bud_backoff0=st.backoff), False  # fmt: skip
