@@ -123,7 +123,8 @@ def on_sent(state: ScopeState, at: float) -> ScopeState:
     one fewer to send."""
     if state.bud_test_left > 0:
         state = _rep(state, bud_test_left=state.bud_test_left - 1)
-    return _rep(state, bud_start=at) if state.bud_start < 0 else state
+    # (the crawl's first send: what this scope counts from then on is all the site has seen of it)
+    return _rep(state, bud_start=at, bud_exact=True) if state.bud_start < 0 else state
 
 
 def testing(state: ScopeState) -> bool:
@@ -188,7 +189,7 @@ def _watching(
     else:
         st = _rep(st, bud_n=st.bud_n + 1, bud_r=st.bud_r + refused)
     if st.bud_streak >= RUN_END:  # the refusals ended at once: maybe a period turned; count from there
-        return _rep(_end_run(st), bud_ok=st.bud_streak), False
+        return _rep(_end_run(st), bud_ok=st.bud_streak, bud_exact=False), False
     if st.bud_n < RUN_MIN:
         return st, False
     if st.bud_r < RATE_SHARE * st.bud_n:  # it stopped refusing at the lower rate: a rate limit
