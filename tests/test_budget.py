@@ -127,3 +127,17 @@ def test_a_period_that_turns_later_than_expected_is_seen_and_measured_again() ->
 
 def _with_ok(state: ScopeState, ok: int, refused: float = -1.0) -> ScopeState:
     return msgspec.structs.replace(state, bud_ok=ok, bud_refused=refused)
+
+
+def test_a_turn_test_goes_at_the_rate_before_the_refusals_never_under_a_floor_or_a_spread() -> None:
+    """The test's few requests skip the adaptation's slowdown, not AutoThrottle's delay, the site's
+    Crawl-delay, a configured spread or a published budget's, nor a server in trouble."""
+    testing = ScopeState(bud_test_left=4, bud_limit0=0.3, backoff=5.0, at_delay=0.05)
+    assert budget.testing(testing)
+    assert delay(testing, DEFAULTS) == 0.3  # not the backoff of 5 s: the rate that went through before
+    assert delay(msgspec.structs.replace(testing, robots_delay=2.0), DEFAULTS) >= 2.0
+    spread = ScopeSettings(quota=10, window=60.0, spread=True)
+    assert delay(testing, spread) == 6.0
+    assert delay(msgspec.structs.replace(testing, trouble=4.0), DEFAULTS) == 4.0
+    assert delay(msgspec.structs.replace(testing, at_delay=0.8), DEFAULTS) == 0.8  # a slow site's latency
+    assert delay(msgspec.structs.replace(testing, bud_test_left=0), DEFAULTS) == 5.0  # tested: the backoff again

@@ -14,12 +14,17 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
   through before the run is the budget; the adaptation is put back as it was before the run (a
   budget is no rate, and the slowest rate the refusals forced must not outlive the period).
   A run that ends at once is tested (short periods turn before two halvings can be seen): at
-  least half of the four answers before four successes in a row were refused, the successes
-  came at about the rate the refusals did (``TURN_GAP``), and no refusal announced a window. Then
-  ``TEST`` requests go at the scope's floor: a budget fresh from its turn lets the burst through
-  (the period turned: **counting**, the adaptation put back as it was before the run), a rate
-  limit that just refused does not (one refusal, not the adaptation's: the run ends). A period
-  counted from a tested turn that lets twice its budget through had none.
+  least half of the four answers before four successes in a row were refused (a refusal that
+  announced a window does not count: a bucket refills meanwhile), the successes came at most
+  ``TURN_GAP`` times the last refusal's interval apart, the refusals went on at half the rate
+  that went through before the run or slower, and at most ``TEST_INFLIGHT`` requests are in
+  flight. Then ``TEST`` requests go at the limit the adaptation had before the run (never under
+  the scope's delay, AutoThrottle's, a Crawl-delay or a spread; the floor when none was learned):
+  a budget fresh from its turn lets them through (the period turned: **counting**, the adaptation
+  put back as it was before the run), a rate limit that just refused does not (one refusal, not
+  the adaptation's: the run ends). A test whose answer never comes (a 5xx, a lost job) ends when
+  a later request is answered. A period counted from a tested turn that lets twice its budget
+  through had none. A refusal after ``RUN_NEW`` successes in a row begins a new run.
 - **spent**: the period's budget is gone. Only probes go out, at a growing interval (1/32 of the
   time since the refusals began, 1 s to an hour, 1/32 of the period once it is known), the next
   at once after a success (at the budget's pace once it is known);
@@ -70,11 +75,15 @@ SPARE = 0.02  # paced this much under the budget; a budget lowered by a refusal 
 PROBE_SHARE = 1 / 32  # while spent: probe every this share of the time since the refusals began...
 PROBE_MIN, PROBE_MAX = 1.0, 3600.0  # ...within these bounds (seconds)
 FULL = 0.9  # a period that used this share of its budget tells whether more would have passed
-# refusals that end at once at the rate they came at: a period turned (TURN_RUN refused in a row,
-# then TURN_LONG successes in a row, sent at most TURN_GAP times the last refusal's interval apart)
+# refusals that end at once at the rate they came at: maybe a period turned (at least half of the
+# TURN_RUN answers before TURN_LONG successes in a row refused, the successes sent at most TURN_GAP
+# times the last refusal's interval apart)
 TURN_RUN, TURN_LONG, TURN_GAP = 4, 4, 1.5
+TEST = 4  # such a turn is tested with this many requests at the limit before the run: all must pass...
 TEST_INFLIGHT = 2  # ...only while at most this many requests are in flight
-TEST = 4  # a suspected turn is tested with this many requests at the scope's floor: all must pass
+
+
+NO_TEST: dict[str, object] = {"bud_test_left": 0, "bud_test_at": -1.0, "bud_test_end": -1.0, "bud_test_n": 0}
 
 
 def _rep(state: ScopeState, **changes: object) -> ScopeState:
@@ -122,13 +131,16 @@ def on_sent(state: ScopeState, at: float) -> ScopeState:
     """The first send starts the first period (as far as this scope can tell); a test request is
     one fewer to send."""
     if state.bud_test_left > 0:
-        state = _rep(state, bud_test_left=state.bud_test_left - 1)
+        left = state.bud_test_left - 1
+        state = _rep(state, bud_test_left=left, bud_test_at=at if state.bud_test_at < 0 else state.bud_test_at,
+                     bud_test_end=at if left == 0 else -1.0)  # fmt: skip
     # (the crawl's first send: what this scope counts from then on is all the site has seen of it)
     return _rep(state, bud_start=at, bud_exact=True) if state.bud_start < 0 else state
 
 
 def testing(state: ScopeState) -> bool:
-    """Whether the scope sends test requests now, at its floor (see :func:`_test_answer`)."""
+    """Whether the scope sends test requests now, at the limit it had before the refusals (see
+    :func:`_test_answer`)."""
     return state.bud_test_left > 0
 
 
@@ -140,7 +152,9 @@ def on_response(
     state and whether the refusal is the budget's (the adaptation must not take it as a rate)."""
     mode = state.bud_mode
     if state.bud_test_at >= 0 and sent >= state.bud_test_at:
-        return _test_answer(state, refused)
+        if state.bud_test_end < 0 or sent <= state.bud_test_end:
+            return _test_answer(state, refused)
+        state = _rep(state, **NO_TEST)  # a later request answered first: a test answer never came (5xx, lost)
     if mode == SPENT:  # probes sent slowly tell nothing about the rate: the adaptation is left as it was
         return _spent(state, refused, sent), True
     if mode in (COUNTING, PACING):
@@ -167,11 +181,12 @@ def _watching(
     elif st.bud_streak == 1:
         st = _rep(st, bud_streak_at=sent)
     # (with many requests in flight, answers interleave by arrival: a short burst tells nothing)
-    if (st.bud_run_at >= 0 and st.bud_streak == TURN_LONG and st.bud_test_at < 0 and st.bud_run_ok >= 2 * TEST
+    if (st.bud_run_at >= 0 and st.bud_streak == TURN_LONG and st.bud_test_left == 0 and st.bud_test_at < 0
+            and st.bud_run_ok >= 2 * TEST
             and st.inflight <= TEST_INFLIGHT and _turned(st, sent)):  # fmt: skip
         # refusals that ended at once: a period's turn, or a rate limit's? A budget fresh from its
         # turn lets a burst through; a rate limit that just refused does not
-        return _rep(st, bud_test_at=now, bud_test_left=TEST, bud_test_n=0), False
+        return _rep(st, **{**NO_TEST, "bud_test_left": TEST}), False
     if st.bud_run_at < 0 or (refused and state.bud_streak >= RUN_NEW):
         if not refused:
             return st, False
@@ -222,11 +237,11 @@ def _test_answer(st: ScopeState, refused: bool) -> tuple[ScopeState, bool]:
     """An answer to a test request: a refusal ends the test (a rate limit: the adaptation does not
     take it, the burst was the test's); ``TEST`` successes say the period turned."""
     if refused:
-        return _end_run(_rep(st, bud_test_at=-1.0, bud_test_left=0, bud_test_n=0, bud_streak=0)), True
+        return _end_run(_rep(st, **NO_TEST, bud_streak=0)), True
     st = _rep(st, bud_test_n=st.bud_test_n + 1, bud_ok=st.bud_ok + 1, bud_streak=st.bud_streak + 1)
     if st.bud_test_n < TEST:
         return st, False
-    return _turn_seen(_rep(st, bud_test_at=-1.0, bud_test_left=0, bud_test_n=0)), False
+    return _turn_seen(_rep(st, **NO_TEST)), False
 
 
 def _turn_seen(st: ScopeState) -> ScopeState:
@@ -305,7 +320,8 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
         if st.bud_tested and st.bud_mode == COUNTING and st.bud_ok > 2 * st.bud_size + 2 * TURN:
             # twice the budget went through without a refusal: it was none (or is another now)
             return _rep(_end_run(st), bud_mode=WATCHING, bud_size=0.0, bud_guess=0.0, bud_fresh=False, bud_tested=False,
-                        bud_exact=False, cause=f"no budget after all: {st.bud_ok} went through in a period",
+                        bud_exact=False, bud_seen=-1.0, bud_period=0.0, bud_period_was=0.0, bud_streak_at=-1.0,
+                        cause=f"no budget after all: {st.bud_ok} went through in a period",
                         cause_kind=Cause.BUDGET), False  # fmt: skip
         if st.bud_fresh and st.bud_ok >= 2 * TURN:  # the turn is confirmed: periods are measured from it
             st = _rep(st, bud_seen=st.bud_start, bud_fresh=False)
@@ -325,7 +341,7 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
         return st, False
     if refused and st.bud_run_at < 0:
         early = st.bud_mode == PACING and now - st.bud_start < st.bud_period / 4
-        if st.bud_ok >= half or st.bud_size <= 0 or early:
+        if st.bud_mode == COUNTING or st.bud_ok >= half or st.bud_size <= 0 or early:
             return _rep(st, bud_run_at=sent, bud_slow_at=now, bud_run_ok=st.bud_ok, bud_n=0, bud_r=0,
                         bud_limit0=st.limit, bud_backoff0=st.backoff, bud_streak_at=-1.0), False  # fmt: skip
     return st, False  # far under the budget: a rate limit on top (the adaptation's)

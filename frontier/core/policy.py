@@ -116,12 +116,12 @@ def current_at_delay(state: ScopeState, s: ScopeSettings) -> float:
 
 def delay(state: ScopeState, s: ScopeSettings) -> float:
     """The scope's current gap between two sends (before jitter)."""
-    if budget.testing(state):  # a few requests at the rate before the refusals tell a budget's turn from a rate limit
-        return max(base_delay(state, s), floor(state, s), state.bud_limit0)
     d = current_at_delay(state, s) if s.autothrottle.enabled else base_delay(state, s)
-    if state.backoff > d:
+    if budget.testing(state):  # a few requests at the limit before the refusals tell a budget's turn from a rate limit
+        d = max(d, floor(state, s), state.bud_limit0)
+    elif state.backoff > d:
         d = state.backoff
-    if state.trouble > d:
+    if state.trouble > d:  # (a test, too, goes at a troubled server's pace)
         d = state.trouble
     if s.spread and s.quota > 0:
         d = max(d, s.window / s.quota)

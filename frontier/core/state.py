@@ -80,8 +80,9 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     bud_hist: int = 0  # the last 16 answers while watching, newest in bit 0 (1: refused)
     bud_ref_gap: float = 0.0  # the sending interval at the last refusal
     bud_guess: float = 0.0  # counting after the first turn seen: the period guessed until measured (seconds)
-    bud_test_at: float = -1.0  # a suspected turn under test: answers to requests sent from then on (< 0: none)
-    bud_test_left: int = 0  # test requests still to send (at the scope's floor)
+    bud_test_left: int = 0  # a suspected turn under test: test requests still to send
+    bud_test_at: float = -1.0  # when the first test request was sent (< 0: none sent)...
+    bud_test_end: float = -1.0  # ...and the last (< 0: not all sent yet)
     bud_test_n: int = 0  # test answers so far
     bud_tested: bool = False  # counting since a turn a test confirmed (no refusal by twice its budget: none)
 

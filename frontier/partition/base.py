@@ -50,7 +50,7 @@ class PartitionBase:
         # (crawl, origin) → the robots.txt copy (its fetch time) whose sitemaps were submitted for the
         # crawl (discover_sitemaps; memory only: after a restart submitted again, and the seen set
         # drops them); a robots.txt fetched again is read again
-        self._sitemaps_read: dict[tuple[str, str], float] = {}
+        self._sitemaps_read: OrderedDict[tuple[str, str], float] = OrderedDict()  # an LRU
         self._unreported: list[str] = []  # report leases whose page is not out yet
         self.inflight = 0
         self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see Queues._qkey

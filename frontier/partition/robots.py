@@ -108,11 +108,14 @@ class Robots(Scopes):
         a sitemap elsewhere: sitemaps.org's cross-submission). ``rules`` None: robots.txt is not
         obeyed, so not kept; the robots.txt itself is submitted as a sitemap (a throttled job) instead."""
         copy = rules.record.fetched_at if rules is not None else 0.0
-        if self._sitemaps_read.get((item.crawl, site)) == copy:
+        key = (item.crawl, site)
+        if self._sitemaps_read.get(key) == copy:
+            self._sitemaps_read.move_to_end(key)
             return
-        if len(self._sitemaps_read) >= ROBOTS_CACHE:
-            self._sitemaps_read.clear()
-        self._sitemaps_read[(item.crawl, site)] = copy
+        self._sitemaps_read[key] = copy
+        self._sitemaps_read.move_to_end(key)
+        if len(self._sitemaps_read) > ROBOTS_CACHE:
+            self._sitemaps_read.popitem(last=False)
         if rules is None:
             urls, depth = [f"{site}/robots.txt"], 0
         else:

@@ -42,7 +42,8 @@ TRANSIENT = frozenset({"download_latency", "download_slot", "_auth_proxy", "_sch
 _CARRIED = frozenset({"url", "headers", "body", "meta", "cb_kwargs", "cookies", "callback", "errback"})
 # headers Scrapy's middlewares add to a download from the process's state (cookie jar, proxy
 # credentials): not carried by a request built from a job's download, and re-added where it is fetched
-_PER_DOWNLOAD = frozenset({b"cookie", b"proxy-authorization"})
+# (and the conditional headers of a revisit, which are the job's own: a redirect target has its own)
+_PER_DOWNLOAD = frozenset({b"cookie", b"proxy-authorization", b"if-none-match", b"if-modified-since"})
 
 
 class UnencodableRequest(ValueError):
