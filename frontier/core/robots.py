@@ -79,20 +79,16 @@ class Rules:
         parser = self._parser
         return True if parser is None else bool(parser.can_fetch(url, agent or self.user_agent))
 
-    def sitemaps(self, most: int = MAX_SITEMAPS) -> list[str]:
+    def sitemaps(self, most: int = MAX_SITEMAPS) -> tuple[list[str], int]:
         """The sitemaps its ``Sitemap:`` lines name: absolute http(s) URLs of at most 2048
-        characters, each once, in order, at most ``most`` of them (the rest: see :meth:`sitemaps_named`)."""
+        characters, each once, in order, at most ``most`` of them; and how many distinct lines it
+        has (those left out included)."""
         parser = self._parser
         if parser is None:
-            return []
+            return [], 0
         found = dict.fromkeys(str(u).strip() for u in parser.sitemaps)
         good = [u for u in found if u.lower().startswith(("http://", "https://")) and len(u) <= 2048]
-        return good[:most]
-
-    def sitemaps_named(self) -> int:
-        """How many distinct ``Sitemap:`` lines it has (those :meth:`sitemaps` leaves out included)."""
-        parser = self._parser
-        return 0 if parser is None else len({str(u).strip() for u in parser.sitemaps})
+        return good[:most], len(found)
 
     def delay(self, agent: str = "") -> float:
         """The interval robots.txt asks ``agent`` for (Crawl-delay, or Request-rate's

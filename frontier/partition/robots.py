@@ -119,8 +119,8 @@ class Robots(Scopes):
         if rules is None:
             urls, depth = [f"{site}/robots.txt"], 0
         else:
-            urls, depth = rules.sitemaps(), 1
-            if (named := rules.sitemaps_named()) > len(urls):
+            (urls, named), depth = rules.sitemaps(), 1
+            if named > len(urls):
                 log.warning("%s/robots.txt: %d of its %d Sitemap lines followed (the others are not absolute "
                             "http(s) URLs, or past %d)", site, len(urls), named, MAX_SITEMAPS)  # fmt: skip
         for url in urls:
