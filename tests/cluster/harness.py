@@ -200,7 +200,8 @@ class Cluster:
         self._routes[name] = [{"listen": a, "target": b} for a, b in routes]
         self._links.setdefault(name, {})
         self._write_control(name)
-        cmd = [sys.executable, str(PROXY), "--control", str(self._control_path(name))]
+        cmd = [sys.executable, str(PROXY), "--control", str(self._control_path(name)),
+               "--stalls", str(self._stalls_path(name))]  # fmt: skip
         if ns:
             cmd = ["ip", "netns", "exec", ns, *cmd]
         log = open(self.workdir / f"proxy-{name}.log", "ab")  # the child owns it
@@ -214,6 +215,22 @@ class Cluster:
 
     def _control_path(self, name: str) -> Path:
         return self.workdir / f"proxy-{name}.json"
+
+    def _stalls_path(self, name: str) -> Path:
+        return self.workdir / f"proxy-{name}.stalls"
+
+    def proxy_stalls(self, name: str = "sites") -> list[tuple[float, float]]:
+        """When proxy ``name`` stopped forwarding for a while (epoch seconds, how long): its own
+        event loop woke up late (see tests/cluster/proxy.py); [] when it recorded none."""
+        path = self._stalls_path(name)
+        if not path.exists():
+            return []
+        stalls = []
+        for line in path.read_text().splitlines():
+            t, _, d = line.partition(" ")
+            with contextlib.suppress(ValueError):
+                stalls.append((float(t), float(d)))
+        return stalls
 
     def _write_control(self, name: str) -> None:
         path = self._control_path(name)

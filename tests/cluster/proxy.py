@@ -19,6 +19,11 @@ A link is the traffic from one client address (``default``: any other). Per link
 - ``reset`` (int): raise it to reset every open connection of the link once.
 
 Routes are read at start only. Every byte stays between the listen and target addresses given.
+
+With ``--stalls FILE``, the proxy's own stalls (its event loop waking up more than 10 ms late) are
+appended to FILE, one ``epoch-seconds duration`` line each: a request that reaches the proxy in a
+stall is forwarded late, so its site stamps it late and the gap after it looks shorter than the
+client made it (a starved test machine, not an impolite client).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from pathlib import Path
 from typing import Any
 
 CHUNK = 65536
+STALL_TICK = 0.005  # seconds between two looks at the proxy's event loop
+STALL_MIN = 0.01  # a loop that wakes up this much later than asked is recorded as stalled
 
 
 @dataclass
@@ -86,8 +93,10 @@ class Control:
 
 
 class Proxy:
-    def __init__(self, control: Control) -> None:
+    def __init__(self, control: Control, stalls: Path | None = None) -> None:
         self.control = control
+        self.stalls = stalls
+        self._watcher: asyncio.Future[None] | None = None
         self.open: dict[str, set[asyncio.StreamWriter]] = {}  # by client address
         self.resets: dict[str, int] = {}
 
@@ -96,11 +105,24 @@ class Proxy:
         servers = []
         for lh, lp, th, tp in self.control.routes:
             servers.append(await asyncio.start_server(self._handler(th, tp), lh, lp, reuse_address=True))
+        if self.stalls is not None:
+            self._watcher = asyncio.ensure_future(self._watch(self.stalls))  # kept: runs until the process ends
         print(f"proxy ready: {len(servers)} routes", flush=True)
         while True:
             await asyncio.sleep(0.1)
             if self.control.load():
                 self._apply_resets()
+
+    @staticmethod
+    async def _watch(path: Path) -> None:
+        with path.open("a") as out:
+            while True:
+                t = time.time()
+                await asyncio.sleep(STALL_TICK)
+                late = time.time() - t - STALL_TICK
+                if late > STALL_MIN:
+                    out.write(f"{t:.4f} {late:.4f}\n")
+                    out.flush()
 
     def _apply_resets(self) -> None:
         for client, writers in self.open.items():
@@ -191,8 +213,9 @@ def _rst(writer: asyncio.StreamWriter) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--control", required=True, type=Path, help="the JSON control file")
+    parser.add_argument("--stalls", type=Path, help="append the proxy's own stalls to this file")
     args = parser.parse_args()
-    asyncio.run(Proxy(Control(args.control)).serve())
+    asyncio.run(Proxy(Control(args.control), args.stalls).serve())
 
 
 if __name__ == "__main__":

@@ -194,40 +194,56 @@ class Verdict:
     figures: str
 
 
-def close_requests(fleet: SiteFleet, delay: float, tolerance: float = 0.03) -> list[str]:
-    """Pairs of requests to a site closer than ``delay`` (and concurrency above 1) that a stall of
-    the fleet's own event loop does not explain. A site stamps a request when its handler runs: a
-    stall of the fleet (this test process, on a loaded machine) just before the first request makes
-    that stamp late by up to the stall's length, and the gap look shorter than the crawler sent it
-    (the same judgement as helpers.politeness_failures, which names those stalls)."""
+def _late_by(stalls: Iterable[tuple[float, float]], at: float) -> float:
+    """How late a request stamped at ``at`` may be for ``stalls`` (epoch seconds, how long) in the
+    second before it: the longest overlap of one with that second."""
+    return max((min(t + d, at) - max(t, at - 1.0) for t, d in stalls if t <= at and t + d >= at - 1.0), default=0.0)
+
+
+def close_requests(
+    fleet: SiteFleet, delay: float, tolerance: float = 0.03, path_stalls: Sequence[tuple[float, float]] = (),
+    t0: float | None = None,
+) -> list[str]:  # fmt: skip
+    """Pairs of requests to a site closer than ``delay`` (and concurrency above 1) that a stall on
+    the way to the site does not explain. A site stamps a request when its handler runs: a stall
+    of the fleet (this test process, on a loaded machine) or of a proxy in front of it
+    (``path_stalls``: tests/cluster/proxy.py) just before the first request makes that stamp late
+    by up to the stall's length, and the gap look shorter than the crawler sent it (the same
+    judgement as helpers.politeness_failures, which names the fleet's stalls). Each failure names
+    the pair (paths, seconds from ``t0``: the first fault)."""
     failures = []
     for site in fleet.sites:
-        starts = sorted(h.start for h in site.hits)
-        for a, b in itertools.pairwise(starts):
-            gap = b - a
+        hits = sorted(site.hits, key=lambda h: h.start)
+        for a, b in itertools.pairwise(hits):
+            gap = b.start - a.start
             if gap >= delay - tolerance:
                 continue
-            late = max((min(t + d, a) - max(t, a - 1.0) for t, d in fleet.stalls_between(a - 1.0, a)), default=0.0)
-            if gap + max(late, 0.0) < delay - tolerance:
-                failures.append(f"{site.host}: two requests {gap:.3f}s apart (delay {delay}); the fleet's stalls "
-                                f"before the first explain {max(late, 0.0):.3f}s")  # fmt: skip
+            fleet_late = _late_by(fleet.stalls, a.start)
+            path_late = _late_by(path_stalls, a.start)
+            if gap + fleet_late + path_late < delay - tolerance:
+                when = f" at {a.start - t0:+.1f}s" if t0 is not None else ""
+                failures.append(f"{site.host}: two requests {gap:.3f}s apart (delay {delay}){when}, {a.path} then "
+                                f"{b.path}; the fleet's stalls before the first explain {fleet_late:.3f}s, "
+                                f"the proxy's {path_late:.3f}s")  # fmt: skip
         if site.max_active > 1:
             failures.append(f"{site.host}: {site.max_active} concurrent requests (cap 1)")
     return failures
 
 
 def judge(
-    fleet: SiteFleet, pages: PageRecords, urls: Sequence[str], delay: float, freezes: Sequence[Freeze], t0: float
-) -> Verdict:
+    fleet: SiteFleet, pages: PageRecords, urls: Sequence[str], delay: float, freezes: Sequence[Freeze], t0: float,
+    path_stalls: Sequence[tuple[float, float]] = (),
+) -> Verdict:  # fmt: skip
     """0 refetches that a response in flight at a freeze does not explain, 0 requests closer than
-    ``delay`` (or beyond one at a time), 0 URLs lost, published twice or turned into error pages."""
+    ``delay`` (or beyond one at a time; ``path_stalls``: see :func:`close_requests`), 0 URLs lost,
+    published twice or turned into error pages."""
     problems = []
     twice, explained = refetches(fleet, freezes, t0)
     if twice:
         problems.append(f"{len(twice)} refetches (a page its site had served before) that no response in flight "
                         f"at a freeze explains (times from the first freeze or kill): "
                         f"{_listed([d for _, d in twice])}")  # fmt: skip
-    impolite = close_requests(fleet, delay)
+    impolite = close_requests(fleet, delay, path_stalls=path_stalls, t0=t0)
     if impolite:
         problems.append(f"requests closer than the delay {delay}s: {_listed(impolite)}")
     lost = sorted(set(urls) - set(pages.urls))
@@ -248,6 +264,8 @@ def judge(
                f"fetched_twice_unexplained={dict(per_site)} fetched_twice_in_flight={explained} "
                f"min_gaps={min_gaps} (delay {delay}) fleet_stalls={len(fleet.stalls)} "
                f"worst_stall={worst_stall:.3f}s")  # fmt: skip
+    if path_stalls:
+        figures += f" proxy_stalls={len(path_stalls)} worst_proxy_stall={max(d for _, d in path_stalls):.3f}s"
     return Verdict(problems, figures)
 
 

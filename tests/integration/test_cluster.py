@@ -84,7 +84,8 @@ class Crawl:
     def judged(self, title: str, faults: list[Freeze], left: int, started: float, *extra: str) -> list[str]:
         """Finish the crawl, print its figures; the problems found (empty: it held)."""
         self.pages.finish(self.urls, timeout=240, what=f"every URL after {title}")
-        verdict = judge(self.fleet, self.pages, self.urls, DELAY, faults, faults[0].start)
+        verdict = judge(self.fleet, self.pages, self.urls, DELAY, faults, faults[0].start,
+                        path_stalls=self.cluster.proxy_stalls())  # fmt: skip
         problems = list(verdict.problems)
         if left == 0:
             problems.append(f"the crawl was over when {title} ended: the scenario was not exercised")
@@ -221,7 +222,7 @@ def test_broker_partitioned_loses_nothing(tmp_path: Path) -> None:
         published = Counter(crawl.pages.urls)
         doubled = sorted(f"{u} x{n}" for u, n in published.items() if n > 1)
         errors = [p.url for p in crawl.pages.records if p.outcome == "error"]
-        close = close_requests(crawl.fleet, DELAY)
+        close = close_requests(crawl.fleet, DELAY, path_stalls=crawl.cluster.proxy_stalls(), t0=fault.start)
         print(f"[broker partitioned] urls={len(crawl.urls)} lost={len(lost)} errors={len(errors)} "
               f"published_twice={len(doubled)} fetched_twice_after_the_partition={explained} "
               f"fetched_twice_unexplained={len(twice)} close_requests={len(close)} urls_left_at_heal={left} "
