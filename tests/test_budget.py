@@ -123,6 +123,14 @@ def test_a_period_that_turns_later_than_expected_is_seen_and_measured_again() ->
     assert state.bud_start == pytest.approx(T0 + 1.25) and state.bud_seen == state.bud_start
     assert 19.4 < state.bud_period < 20.0
     assert state.bud_size == 38.0 and state.bud_clean == 0
+    # two successes counted for the expected period before its refusal were the earlier period's
+    state = ScopeState(bud_mode=budget.PACING, bud_size=40.0, bud_period=19.4, bud_start=T0, bud_seen=T0 - 3 * 19.4,
+                       bud_last=37, bud_clean=3, bud_ok=2)  # fmt: skip
+    for i, offset in enumerate([0.5] + [2.0 + i * 0.5 for i in range(budget.JUDGE)]):
+        t = T0 + offset
+        status = 429 if i == 0 else 200
+        state = apply(state, Done(sent_at=t, dispatched_at=t, status=status, latency=0.05), t + 0.05, s)
+    assert state.bud_size == 39.0
 
 
 def _with_ok(state: ScopeState, ok: int, refused: float = -1.0) -> ScopeState:
@@ -141,3 +149,54 @@ def test_a_turn_test_goes_at_the_rate_before_the_refusals_never_under_a_floor_or
     assert delay(msgspec.structs.replace(testing, trouble=4.0), DEFAULTS) == 4.0
     assert delay(msgspec.structs.replace(testing, at_delay=0.8), DEFAULTS) == 0.8  # a slow site's latency
     assert delay(msgspec.structs.replace(testing, bud_test_left=0), DEFAULTS) == 5.0  # tested: the backoff again
+
+
+def test_a_period_counted_after_its_turn_turns_between_its_latest_refusal_and_the_success_after_it() -> None:
+    """Counting over a guessed period (50 s), a turn seen 3.5 s before T0 and a budget of 20: past
+    it the server refuses half (a refusal at T0 + 45, a success, another refusal at T0 + 51),
+    then the period turns at T0 + 56.5 (successes from T0 + 62; the guess has passed, the
+    refusal being judged keeps it). The turn is between the latest refusal and the first success
+    after it, not after the first refusal: the period is measured at 60 s, then paced."""
+    s = OPEN
+    state = ScopeState(bud_mode=budget.COUNTING, bud_size=20.0, bud_start=T0, bud_seen=T0 - 3.5, bud_ok=20,
+                       bud_exact=True, bud_guess=50.0)  # fmt: skip
+    answers = [(45.0, 429), (48.0, 200), (51.0, 429), (62.0, 200), (65.0, 200), (68.0, 200), (71.0, 200)]
+    for offset, status in answers:
+        t = T0 + offset
+        state = apply(state, Done(sent_at=t, dispatched_at=t, status=status, latency=0.05), t + 0.05, s)
+    assert state.bud_mode == budget.PACING and state.bud_run_at < 0
+    assert state.bud_start == pytest.approx(T0 + 56.5)
+    assert state.bud_period == pytest.approx(60.0)
+    assert state.bud_size == 20.0
+
+
+def test_the_first_turn_seen_paces_the_budget_over_as_long_as_the_refusals_lasted() -> None:
+    """Spent since T0 (a budget of 21 counted from a run's end, not from a turn: not exact), then
+    four successes in a row from T0 + 58: the period turned, its length not known. Until a second
+    turn measures it, the budget is paced over as long as the refusals lasted (58 s here): at
+    full speed it would be gone in seconds, and the rest of the period refused."""
+    s = OPEN
+    state = ScopeState(bud_mode=budget.SPENT, bud_size=21.0, bud_refused=T0, bud_streak_at=T0 + 55.0, bud_exact=False)
+    for i in range(budget.TURN):
+        t = T0 + 58.0 + i * 0.2
+        state = apply(state, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
+    assert state.bud_mode == budget.COUNTING
+    assert state.bud_guess == pytest.approx(56.5)  # the turn: between the last refusal (55) and 58
+    assert budget.pace(state) == pytest.approx(56.5 / (21 * (1 - budget.SPARE)))
+    assert delay(state, s) >= budget.pace(state)
+
+
+def test_a_period_that_used_its_budget_is_not_probed_long_before_its_turn_is_due() -> None:
+    """Spent 40 s into a 60 s period that used its budget: the next probe waits until a tenth of
+    the period before the turn is due (a probe at 1 s would be refused each second till then).
+    The same with a guessed period. A period refused at its start (the turn expected has passed
+    and not come): probes go on at the growing interval."""
+    used = ScopeState(bud_mode=budget.SPENT, bud_size=60.0, bud_ok=60, bud_period=60.0, bud_start=T0,
+                      bud_refused=T0 + 40.0, bud_streak_at=T0 + 40.0, last_sent=T0 + 40.0)  # fmt: skip
+    assert budget.hold(used) == pytest.approx(T0 + 60.0 * (1 - budget.EARLY))
+    guessed = msgspec.structs.replace(used, bud_period=0.0, bud_guess=50.0)
+    assert budget.hold(guessed) == pytest.approx(T0 + 50.0 * (1 - budget.EARLY))
+    early = msgspec.structs.replace(used, bud_ok=3)
+    assert budget.hold(early) == pytest.approx(T0 + 40.0 + budget.PROBE_MIN)
+    late = msgspec.structs.replace(used, last_sent=T0 + 58.0, bud_refused=T0 + 26.0)  # past the due time
+    assert budget.hold(late) == pytest.approx(T0 + 58.0 + budget.PROBE_MIN)

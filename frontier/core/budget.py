@@ -27,13 +27,16 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
   through had none. A refusal after ``RUN_NEW`` successes in a row begins a new run.
 - **spent**: the period's budget is gone. Only probes go out, at a growing interval (1/32 of the
   time since the refusals began, 1 s to an hour, 1/32 of the period once it is known), the next
-  at once after a success (at the budget's pace once it is known);
+  at once after a success (at the budget's pace once it is known); a period that used its budget
+  and whose length is known or guessed is not probed before ``EARLY`` of it is left;
   ``TURN`` successes in a row say the period turned (refusals that end at once).
-- **counting**: a period began, its length is not known yet. After the first turn seen, with a
-  budget counted from a turn, the budget is paced over a guessed period (as long as the refusals
-  lasted) until that guess has passed or a second turn measures it. The scope runs as the adaptation
-  lets it until refusals begin again at about the budget: that period's count is the budget,
-  and the next turn gives the period (the time between two turns seen).
+- **counting**: a period began, its length is not known yet. After the first turn seen, the
+  budget is paced over a guessed period (as long as the refusals lasted) until that guess has
+  passed or a second turn measures it. The scope runs as the adaptation lets it until refusals
+  begin again at about the budget: that period's count is the budget, and the next turn gives
+  the period (the time between two turns seen: refusals at the budget's edge that end, when the
+  turn was tested or the period guessed; it came between the latest refusal and the first
+  success after it).
 - **pacing**: budget and period known: requests are spread evenly, ``period / budget`` apart
   (``SPARE`` to spare), whatever the phase, so no period holds more than the budget. A period
   that ends with its budget used and no refusal, the second in a row, probes upward: the next
@@ -74,6 +77,7 @@ CLEAN = 2  # ...after this many of them in a row, and twice as much more after e
 SPARE = 0.02  # paced this much under the budget; a budget lowered by a refusal loses this much more
 PROBE_SHARE = 1 / 32  # while spent: probe every this share of the time since the refusals began...
 PROBE_MIN, PROBE_MAX = 1.0, 3600.0  # ...within these bounds (seconds)
+EARLY = 0.1  # ...and from this share of a known or guessed period before its turn is due
 FULL = 0.9  # a period that used this share of its budget tells whether more would have passed
 # refusals that end at once at the rate they came at: maybe a period turned (at least half of the
 # TURN_RUN answers before TURN_LONG successes in a row refused, the successes sent at most TURN_GAP
@@ -105,15 +109,23 @@ def hold(state: ScopeState) -> float | None:
     if state.bud_mode == SPENT and state.bud_streak == 0 and state.last_sent >= 0 and state.bud_refused >= 0:
         cap = PROBE_MAX if state.bud_period <= 0 else max(PROBE_MIN, state.bud_period * PROBE_SHARE)
         gap = min(max((state.last_sent - state.bud_refused) * PROBE_SHARE, PROBE_MIN), cap)
-        return state.last_sent + gap
+        # a period that used its budget, its length known or guessed, is not probed for its turn long
+        # before that is due (a period refused at its start, the turn expected passed: probes go on)
+        period = state.bud_period if state.bud_period > 0 else state.bud_guess
+        used = period > 0 and state.bud_start >= 0 and state.bud_ok >= state.bud_size / 2
+        due = state.bud_start + period * (1 - EARLY) if used else -1.0
+        return max(state.last_sent + gap, due)
     return None
 
 
 def advance(state: ScopeState, now: float) -> ScopeState:
     """Pacing: a period that has ended makes way for the next (probing upward when it used its
     budget without a refusal). Counting over a guessed period: once it has passed with no refusal,
-    the guess is dropped (the scope runs as the adaptation lets it until the budget refuses)."""
-    if state.bud_mode == COUNTING and state.bud_guess > 0 and now >= state.bud_start + state.bud_guess:
+    the guess is dropped (the scope runs as the adaptation lets it until the budget refuses); a
+    refusal being judged keeps it until judged (refusals at the budget's edge, then successes:
+    the period turned, and the guess held for the budget's)."""
+    guessed = state.bud_mode == COUNTING and state.bud_guess > 0 and state.bud_run_at < 0  # (kept while judging)
+    if guessed and now >= state.bud_start + state.bud_guess:
         return _rep(state, bud_guess=0.0)
     if state.bud_mode != PACING or state.bud_period <= 0 or now < state.bud_start + state.bud_period:
         return state
@@ -296,7 +308,7 @@ def _spent(st: ScopeState, refused: bool, sent: float) -> ScopeState:
     said = f"≈ {st.bud_size:.0f} per {_span(period)}" if mode == PACING else f"≈ {st.bud_size:.0f} a period"
     # the first turn seen: until a second one measures the period, it is taken to be as long as the
     # refusals lasted (their first to this turn), and the budget paced over that
-    guess = at - st.bud_refused if mode == COUNTING and st.bud_exact and 0 <= st.bud_refused < at else 0.0
+    guess = at - st.bud_refused if mode == COUNTING and 0 <= st.bud_refused < at else 0.0
     said += f" (paced over {_span(guess)} until the next turn measures the period)" if guess else ""
     return _rep(st, bud_mode=mode, bud_tested=False, bud_start=at, bud_ok=streak, bud_refused=-1.0, bud_streak=0,
                 bud_guess=guess,
@@ -327,7 +339,9 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
             st = _rep(st, bud_seen=st.bud_start, bud_fresh=False)
     if st.bud_run_at >= 0 and sent > st.bud_slow_at:  # a refusal being judged: answers sent after it
         st = _rep(st, bud_n=st.bud_n + 1, bud_r=st.bud_r + refused)
-        if not refused and st.bud_streak_at < st.bud_run_at:  # the first success since the refusal
+        if refused and sent > st.bud_last_ref:  # a turn comes after the latest refusal
+            st = _rep(st, bud_last_ref=sent, bud_streak_at=-1.0 if st.bud_streak_at < sent else st.bud_streak_at)
+        elif not refused and st.bud_streak_at < _last_refused(st):  # the first success since the refusals
             st = _rep(st, bud_streak_at=sent)
         if st.bud_r >= RUN_SHARE * JUDGE:  # it goes on refusing: the budget is spent
             return _judged_spent(st, sent), True
@@ -336,14 +350,15 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
             if st.bud_mode == PACING and st.bud_run_ok < half:  # the period expected had not turned yet
                 st = _rep(_rephased(st), **back)
             elif st.bud_run_ok >= FULL * st.bud_size:  # at the budget's edge: the period turned meanwhile
-                st = _rep(_counted_turn(st) if st.bud_mode == COUNTING and st.bud_tested else st, **back)
+                turned = st.bud_mode == COUNTING and (st.bud_tested or st.bud_guess > 0)  # (not a bucket's)
+                st = _rep(_counted_turn(st) if turned else st, **back)
             return _rep(st, bud_run_at=-1.0, bud_n=0, bud_r=0), False  # (else a rate limit's refusal, the adaptation's)
         return st, False
     if refused and st.bud_run_at < 0:
         early = st.bud_mode == PACING and now - st.bud_start < st.bud_period / 4
         if st.bud_mode == COUNTING or st.bud_ok >= half or st.bud_size <= 0 or early:
-            return _rep(st, bud_run_at=sent, bud_slow_at=now, bud_run_ok=st.bud_ok, bud_n=0, bud_r=0,
-                        bud_limit0=st.limit, bud_backoff0=st.backoff, bud_streak_at=-1.0), False  # fmt: skip
+            return _rep(st, bud_run_at=sent, bud_last_ref=sent, bud_slow_at=now, bud_run_ok=st.bud_ok, bud_n=0,
+                        bud_r=0, bud_limit0=st.limit, bud_backoff0=st.backoff, bud_streak_at=-1.0), False  # fmt: skip
     return st, False  # far under the budget: a rate limit on top (the adaptation's)
 
 
@@ -351,7 +366,7 @@ def _counted_turn(st: ScopeState) -> ScopeState:
     """Counting: refusals at the budget's edge, then successes: the period turned between them. The
     count is the budget (exact when counted from a turn), and the period is measured from the turn
     seen before (then paced)."""
-    at = (st.bud_run_at + st.bud_streak_at) / 2 if st.bud_streak_at > st.bud_run_at else st.bud_run_at
+    at = _between(st)
     period = _measured(st.bud_period, st.bud_seen, at)
     size = float(st.bud_run_ok) if st.bud_exact else st.bud_size
     mode = PACING if period > 0 and size > 0 else COUNTING
@@ -367,14 +382,27 @@ def _rephased(st: ScopeState) -> ScopeState:
     """A refusal early in an expected period, then successes: the period turned between them, a
     little later than expected. That is a turn seen: the period is measured again from it, the
     current one starts there, and the one before, which was refused at its end, was full: the
-    budget is at most what it let through, and it does not grow next."""
-    at = (st.bud_run_at + st.bud_streak_at) / 2 if st.bud_streak_at > st.bud_run_at else st.bud_run_at
+    budget is at most what it let through (what was counted for it, and the successes counted for
+    this one before the refusal: they were its), and it does not grow next."""
+    at = _between(st)
     period = _measured(st.bud_period, st.bud_seen, at)
-    size = min(st.bud_size, float(st.bud_last)) if st.bud_last > 0 else st.bud_size
+    size = min(st.bud_size, float(st.bud_last + st.bud_run_ok)) if st.bud_last > 0 else st.bud_size
     return _rep(st, bud_start=at, bud_seen=at, bud_period=period, bud_size=size, bud_ok=st.bud_n - st.bud_r,
                 bud_exact=True, bud_fresh=False,
                 cause=f"the period turned {st.bud_start + st.bud_period - at:+.1f}s from when expected: "
                       f"budget ≈ {size:.0f} per {_span(period)}", cause_kind=Cause.BUDGET)  # fmt: skip
+
+
+def _last_refused(st: ScopeState) -> float:
+    """The dispatch time of the latest refusal of the run being judged."""
+    return max(st.bud_run_at, st.bud_last_ref)
+
+
+def _between(st: ScopeState) -> float:
+    """When the period turned, as far as the run being judged tells: between its latest refusal and
+    the first success sent after it (the latest refusal when none is known)."""
+    last = _last_refused(st)
+    return (last + st.bud_streak_at) / 2 if st.bud_streak_at > last else last
 
 
 def _measured(period: float, seen: float, at: float) -> float:
