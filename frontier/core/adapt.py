@@ -128,8 +128,10 @@ def on_trouble(state: ScopeState, now: float, s: ScopeSettings, current: float, 
     )
 
 
-def on_success(state: ScopeState, s: ScopeSettings, base: float, now: float) -> ScopeState:
-    """One success: end an outage, bring the delay down toward the learned limit, or probe."""
+def on_success(state: ScopeState, s: ScopeSettings, base: float, now: float, probe: bool = True) -> ScopeState:
+    """One success: end an outage, bring the delay down toward the learned limit, or probe
+    (``probe`` False: the scope was sent far slower than the limit, by a learned budget's pace,
+    so the success says nothing about a faster rate)."""
     rep = msgspec.structs.replace
     if state.sig_sent >= 0:
         state = rep(state, sig_ok=state.sig_ok + 1)
@@ -152,6 +154,8 @@ def on_success(state: ScopeState, s: ScopeSettings, base: float, now: float) -> 
         return rep(state, backoff=max(target, target + (state.backoff - target) * (1 - RECOVER)))
     if target <= base or target < 0.001:
         return rep(state, backoff=0.0, near=0, probes=0)  # probed past what the base allows: no longer binding
+    if not probe:
+        return state
     near, probes, since, cause, kind = state.near + 1, state.probes, state.near_at, state.cause, state.cause_kind
     if since < 0:
         since = now

@@ -289,7 +289,11 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
         if theirs:
             return state
     if kind == adapt.SUCCESS:
-        return adapt.on_success(state, s, base_delay(state, s), now) if ev.status and not ev.late else state
+        if not ev.status or ev.late:
+            return state
+        base = base_delay(state, s)
+        paced = budget.pace(state) > 2 * max(state.backoff, base)  # (successes at a budget's pace test no faster rate)
+        return adapt.on_success(state, s, base, now, probe=not paced)
     state = rep(state, ru_triggers=state.ru_triggers + 1)
     # One step per incident: a response to a request sent before the last step belongs to the
     # incident that step already answered (eight in-flight 429s make one step, not eight).
