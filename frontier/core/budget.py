@@ -55,8 +55,6 @@ A Retry-After on a refusal still closes the scope until then (:mod:`frontier.cor
 from __future__ import annotations
 
 import math
-import os
-OFF = os.environ.get('OFF', '')
 
 import msgspec
 
@@ -115,7 +113,7 @@ def hold(state: ScopeState) -> float | None:
         # before that is due (a period refused at its start, the turn expected passed: probes go on)
         period = state.bud_period if state.bud_period > 0 else state.bud_guess
         used = period > 0 and state.bud_start >= 0 and state.bud_ok >= state.bud_size / 2
-        due = state.bud_start + period * (1 - EARLY) if used and '4' not in OFF else -1.0
+        due = state.bud_start + period * (1 - EARLY) if used else -1.0
         return max(state.last_sent + gap, due)
     return None
 
@@ -310,7 +308,7 @@ def _spent(st: ScopeState, refused: bool, sent: float) -> ScopeState:
     said = f"≈ {st.bud_size:.0f} per {_span(period)}" if mode == PACING else f"≈ {st.bud_size:.0f} a period"
     # the first turn seen: until a second one measures the period, it is taken to be as long as the
     # refusals lasted (their first to this turn), and the budget paced over that
-    guess = at - st.bud_refused if mode == COUNTING and ('1' not in OFF or st.bud_exact) and 0 <= st.bud_refused < at else 0.0
+    guess = at - st.bud_refused if mode == COUNTING and 0 <= st.bud_refused < at else 0.0
     said += f" (paced over {_span(guess)} until the next turn measures the period)" if guess else ""
     return _rep(st, bud_mode=mode, bud_tested=False, bud_start=at, bud_ok=streak, bud_refused=-1.0, bud_streak=0,
                 bud_guess=guess,
@@ -352,7 +350,7 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
             if st.bud_mode == PACING and st.bud_run_ok < half:  # the period expected had not turned yet
                 st = _rep(_rephased(st), **back)
             elif st.bud_run_ok >= FULL * st.bud_size:  # at the budget's edge: the period turned meanwhile
-                turned = st.bud_mode == COUNTING and (st.bud_tested or ('2' not in OFF and st.bud_guess > 0))  # (not a bucket's)
+                turned = st.bud_mode == COUNTING and (st.bud_tested or st.bud_guess > 0)  # (not a bucket's)
                 st = _rep(_counted_turn(st) if turned else st, **back)
             return _rep(st, bud_run_at=-1.0, bud_n=0, bud_r=0), False  # (else a rate limit's refusal, the adaptation's)
         return st, False
@@ -388,7 +386,7 @@ def _rephased(st: ScopeState) -> ScopeState:
     this one before the refusal: they were its), and it does not grow next."""
     at = _between(st)
     period = _measured(st.bud_period, st.bud_seen, at)
-    size = min(st.bud_size, float(st.bud_last + (st.bud_run_ok if '5' not in OFF else 0))) if st.bud_last > 0 else st.bud_size
+    size = min(st.bud_size, float(st.bud_last + st.bud_run_ok)) if st.bud_last > 0 else st.bud_size
     return _rep(st, bud_start=at, bud_seen=at, bud_period=period, bud_size=size, bud_ok=st.bud_n - st.bud_r,
                 bud_exact=True, bud_fresh=False,
                 cause=f"the period turned {st.bud_start + st.bud_period - at:+.1f}s from when expected: "
@@ -403,7 +401,7 @@ def _last_refused(st: ScopeState) -> float:
 def _between(st: ScopeState) -> float:
     """When the period turned, as far as the run being judged tells: between its latest refusal and
     the first success sent after it (the latest refusal when none is known)."""
-    last = _last_refused(st) if '3' not in OFF else st.bud_run_at
+    last = _last_refused(st)
     return (last + st.bud_streak_at) / 2 if st.bud_streak_at > last else last
 
 
