@@ -200,3 +200,21 @@ def test_a_period_that_used_its_budget_is_not_probed_long_before_its_turn_is_due
     assert budget.hold(early) == pytest.approx(T0 + 40.0 + budget.PROBE_MIN)
     late = msgspec.structs.replace(used, last_sent=T0 + 58.0, bud_refused=T0 + 26.0)  # past the due time
     assert budget.hold(late) == pytest.approx(T0 + 58.0 + budget.PROBE_MIN)
+
+
+def test_successes_at_a_budgets_pace_do_not_probe_the_rate_limit_faster() -> None:
+    """A rate limit learned at 0.33 s, the scope paced at 10 s by a budget: its successes test no
+    faster rate, so the limit's probe does not step (it crept to 0.07 s in the simulator, and the
+    limit's refusals were then counted for the budget). Without the budget's pace it steps."""
+    from frontier.core import adapt
+
+    s = OPEN
+    state = ScopeState(limit=0.333, backoff=0.333 * (1 + adapt.NEAR), near=adapt.PROBE_AFTER + 4, near_at=T0 - 1000.0,
+                       bud_mode=budget.PACING, bud_size=10.0, bud_period=100.0, bud_start=T0)  # fmt: skip
+    assert budget.pace(state) > 2 * state.backoff
+    t = T0 + 10.0
+    paced = apply(state, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
+    assert paced.backoff == state.backoff and paced.probes == 0
+    free = msgspec.structs.replace(state, bud_mode=budget.WATCHING, bud_size=0.0, bud_period=0.0)
+    probed = apply(free, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
+    assert probed.probes == 1 and probed.backoff < state.backoff
