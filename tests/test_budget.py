@@ -218,3 +218,17 @@ def test_successes_at_a_budgets_pace_do_not_probe_the_rate_limit_faster() -> Non
     free = msgspec.structs.replace(state, bud_mode=budget.WATCHING, bud_size=0.0, bud_period=0.0)
     probed = apply(free, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
     assert probed.probes == 1 and probed.backoff < state.backoff
+
+
+def test_a_small_budgets_probes_go_further_apart_once_a_turn_began_its_period() -> None:
+    """Spent 32 s after a turn seen (the period's length not known): the period is at least that
+    long, and with a budget of 60 each refused probe is a sixtieth of it. Probes go a tenth of
+    the time since the turn apart (3.2 s), not 1 s (a 32nd of the time since the refusals began,
+    at least 1 s: ~24 refused probes before a 60 s period turns). A budget of 2000: a 32nd."""
+    small = ScopeState(bud_mode=budget.SPENT, bud_size=60.0, bud_ok=60, bud_start=T0, bud_seen=T0,
+                       bud_refused=T0 + 30.0, bud_streak_at=T0 + 30.0, last_sent=T0 + 32.0)  # fmt: skip
+    assert budget.hold(small) == pytest.approx(T0 + 32.0 + 3.2)
+    large = msgspec.structs.replace(small, bud_size=2000.0, bud_ok=2000)
+    assert budget.hold(large) == pytest.approx(T0 + 32.0 + budget.PROBE_MIN)  # 32 s / 32: 1 s
+    unseen = msgspec.structs.replace(small, bud_seen=-1.0)  # counted from the crawl's first send: no turn seen
+    assert budget.hold(unseen) == pytest.approx(T0 + 32.0 + budget.PROBE_MIN)

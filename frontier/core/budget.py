@@ -27,11 +27,13 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
   through had none. A refusal after ``RUN_NEW`` successes in a row begins a new run.
 - **spent**: the period's budget is gone. Only probes go out, at a growing interval (1/32 of the
   time since the refusals began, 1 s to an hour, 1/32 of the period once it is known), the next
-  at once after a success (at the budget's pace once it is known); a period that used its budget
-  and whose length is known or guessed is not probed before ``EARLY`` of it is left;
+  at once after a success (at the budget's pace once it is known); when a turn began the period,
+  a small budget's probes go up to a tenth of the time since then apart (each refused probe is
+  1/size of it: about ``RAN_PROBES`` per size); a period that used its budget and whose length
+  is known or guessed is not probed before ``EARLY`` of it is left;
   ``TURN`` successes in a row say the period turned (refusals that end at once).
-- **counting**: a period began, its length is not known yet. After the first turn seen, the
-  budget is paced over a guessed period (as long as the refusals lasted) until that guess has
+- **counting**: a period began, its length is not known yet. After the first turn seen (or
+  tested), the budget is paced over a guessed period (as long as the refusals lasted) until that guess has
   passed or a second turn measures it. The scope runs as the adaptation lets it until refusals
   begin again at about the budget: that period's count is the budget, and the next turn gives
   the period (the time between two turns seen: refusals at the budget's edge that end, when the
@@ -77,6 +79,8 @@ CLEAN = 2  # ...after this many of them in a row, and twice as much more after e
 SPARE = 0.02  # paced this much under the budget; a budget lowered by a refusal loses this much more
 PROBE_SHARE = 1 / 32  # while spent: probe every this share of the time since the refusals began...
 PROBE_MIN, PROBE_MAX = 1.0, 3600.0  # ...within these bounds (seconds)
+RAN_SHARE = 1 / 10  # ...or, when a turn began the period, up to this share of the time since it began...
+RAN_PROBES = 10  # ...as far as probes every that share of it come to this many per size of the budget
 EARLY = 0.1  # ...and from this share of a known or guessed period before its turn is due
 FULL = 0.9  # a period that used this share of its budget tells whether more would have passed
 # refusals that end at once at the rate they came at: maybe a period turned (at least half of the
@@ -108,7 +112,12 @@ def hold(state: ScopeState) -> float | None:
     spent, the next probe for the period's turn (at once after a success)."""
     if state.bud_mode == SPENT and state.bud_streak == 0 and state.last_sent >= 0 and state.bud_refused >= 0:
         cap = PROBE_MAX if state.bud_period <= 0 else max(PROBE_MIN, state.bud_period * PROBE_SHARE)
-        gap = min(max((state.last_sent - state.bud_refused) * PROBE_SHARE, PROBE_MIN), cap)
+        # a turn seen before this period's refusals: the period is at least as long as it has run;
+        # a small budget's probes are a large share of it (each one 1/size), so they go further apart
+        share = min(RAN_SHARE, max(PROBE_SHARE, RAN_PROBES / state.bud_size)) if state.bud_size > 0 else PROBE_SHARE
+        began = state.bud_seen >= 0 and 0 <= state.bud_start <= state.bud_refused  # (at a turn seen, or one due)
+        ran = (state.last_sent - state.bud_start) * share if began else 0.0
+        gap = min(max((state.last_sent - state.bud_refused) * PROBE_SHARE, ran, PROBE_MIN), cap)
         # a period that used its budget, its length known or guessed, is not probed for its turn long
         # before that is due (a period refused at its start, the turn expected passed: probes go on)
         period = state.bud_period if state.bud_period > 0 else state.bud_guess
@@ -261,11 +270,13 @@ def _turn_seen(st: ScopeState) -> ScopeState:
     period); the adaptation is put back as it was before them."""
     at = st.bud_streak_at
     size = float(st.bud_run_ok)
+    guess = at - st.bud_run_at if 0 <= st.bud_run_at < at and st.bud_period <= 0 else 0.0
+    said = f" (paced over {_span(guess)} until the next turn measures the period)" if guess else ""
     return _end_run(_rep(
         st, bud_mode=COUNTING, bud_size=size, bud_start=at, bud_ok=st.bud_streak, bud_refused=-1.0, bud_streak=0,
         bud_period_was=st.bud_period, bud_fresh=True, bud_exact=True, limit=st.bud_limit0, backoff=st.bud_backoff0,
-        sig_sent=-1.0, sig_ok=0, bud_tested=True,
-        cause=f"refusals ended at once and a burst went through: a period turned; budget ≈ {size:.0f} a period",
+        sig_sent=-1.0, sig_ok=0, bud_tested=True, bud_guess=guess,
+        cause=f"refusals ended at once and a burst went through: a period turned; budget ≈ {size:.0f} a period{said}",
         cause_kind=Cause.BUDGET,
     ))  # fmt: skip
 
