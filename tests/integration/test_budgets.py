@@ -4,10 +4,10 @@ many requests they serve before refusing), crawled with the defaults, ONE config
 site, on the real broker, judged from the sites' own tallies per period after the first two whole
 periods: no request inside a window a site announced, at most 5 % of requests refused, and the
 status says the budget in words. The share of each period's refusal-free count used is printed;
-for every site, wherever the crawl enters its period, >= 85 % on average is asserted, and >= 90 %
-in each period for the site entered early. The target is 90 % in each period for every site: the
-runs measured had a period at 87-88 % and, under CI's load, two at 70-77 % for the site under a
-bucket entered late (docs/BENCHMARKS.md, a shortfall of issue 24)."""
+for every site, wherever the crawl enters its period, >= 90 % on average and >= 85 % in each period
+are asserted, and >= 90 % in each period for the site entered early. The target is 90 % in each
+period for every site: three runs on 2026-11-26 (19:15-19:25) had one period of 45 at 88 % (14 of
+16, one request under 90 %), the others 90-110 % (docs/BENCHMARKS.md, issue 24)."""
 
 import time
 from pathlib import Path
@@ -63,11 +63,12 @@ def test_staged_quotas_not_told_are_spent_evenly_every_period(bootstrap: str, tm
         if len(judged) < 3:
             failures.append(f"{name}: only {len(judged)} periods judged")
         mean = sum(used.values()) / len(used) if used else 0.0
-        if mean < 0.85:
-            failures.append(f"{name}: {mean:.0%} of the refusal-free count used on average (85 % asserted)")
-        short = {k: f"{u:.0%}" for k, u in used.items() if u < 0.9}
-        if short and into < 0.5:  # (the target for every site: see the docstring)
-            failures.append(f"{name}: periods under 90 % of the refusal-free count: {short}")
+        if mean < 0.9:
+            failures.append(f"{name}: {mean:.0%} of the refusal-free count used on average (90 % asserted)")
+        least = 0.9 if into < 0.5 else 0.85  # (the target for every site is 90 %: see the docstring)
+        short = {k: f"{u:.0%}" for k, u in used.items() if u < least}
+        if short:
+            failures.append(f"{name}: periods under {least:.0%} of the refusal-free count: {short}")
         if refused > 0.05:
             failures.append(f"{name}: {refused:.1%} of requests refused in the judged periods")
         if lim.gate_violations:
