@@ -194,7 +194,7 @@ class Verdict:
     figures: str
 
 
-def _late_by(stalls: Iterable[tuple[float, float]], at: float) -> float:
+def late_by(stalls: Iterable[tuple[float, float]], at: float) -> float:
     """How late a request stamped at ``at`` may be for ``stalls`` (epoch seconds, how long) in the
     second before it: the longest overlap of one with that second."""
     return max((min(t + d, at) - max(t, at - 1.0) for t, d in stalls if t <= at and t + d >= at - 1.0), default=0.0)
@@ -218,8 +218,8 @@ def close_requests(
             gap = b.start - a.start
             if gap >= delay - tolerance:
                 continue
-            fleet_late = _late_by(fleet.stalls, a.start)
-            path_late = _late_by(path_stalls, a.start)
+            fleet_late = late_by(fleet.stalls, a.start)
+            path_late = late_by(path_stalls, a.start)
             if gap + fleet_late + path_late < delay - tolerance:
                 when = f" at {a.start - t0:+.1f}s" if t0 is not None else ""
                 failures.append(f"{site.host}: two requests {gap:.3f}s apart (delay {delay}){when}, {a.path} then "
