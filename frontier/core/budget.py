@@ -77,6 +77,7 @@ TURN = 4  # successes in a row while spent: the period turned
 UP = 0.03  # periods that used their budget without refusal: the next one allows this much more...
 CLEAN = 2  # ...after this many of them in a row, and twice as much more after each next one
 SPARE = 0.02  # paced this much under the budget; a budget lowered by a refusal loses this much more
+CATCH_UP = 1.5  # a period behind its pace spreads what is left over what is left, at most this much faster
 PROBE_SHARE = 1 / 32  # while spent: probe every this share of the time since the refusals began...
 PROBE_MIN, PROBE_MAX = 1.0, 3600.0  # ...within these bounds (seconds)
 RAN_SHARE = 1 / 10  # ...or, when a turn began the period, up to this share of the time since it began...
@@ -99,8 +100,17 @@ def _rep(state: ScopeState, **changes: object) -> ScopeState:
 
 
 def pace(state: ScopeState) -> float:
-    """The gap a learned budget asks for (0: none)."""
-    if state.bud_mode in (PACING, SPENT) and state.bud_size > 0 and state.bud_period > 0:
+    """The gap a learned budget asks for (0: none). Pacing, what is left of the budget is spread
+    over what is left of the period (a period slowed down by a refusal being judged catches up),
+    at most ``CATCH_UP`` times faster than evenly."""
+    if state.bud_mode == PACING and state.bud_size > 0 and state.bud_period > 0:
+        even = state.bud_period / (state.bud_size * (1 - SPARE))
+        left = state.bud_size * (1 - SPARE) - state.bud_ok
+        ends = state.bud_start + state.bud_period - max(state.last_sent, state.bud_start)
+        if left <= 1 or ends <= 0:
+            return even
+        return max(min(even, ends / left), even / CATCH_UP)
+    if state.bud_mode == SPENT and state.bud_size > 0 and state.bud_period > 0:
         return state.bud_period / (state.bud_size * (1 - SPARE))
     if state.bud_mode == COUNTING and state.bud_size > 0 and state.bud_guess > 0:
         return state.bud_guess / (state.bud_size * (1 - SPARE))
@@ -349,7 +359,8 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
         if st.bud_fresh and st.bud_ok >= 2 * TURN:  # the turn is confirmed: periods are measured from it
             st = _rep(st, bud_seen=st.bud_start, bud_fresh=False)
     if st.bud_run_at >= 0 and sent > st.bud_slow_at:  # a refusal being judged: answers sent after it
-        st = _rep(st, bud_n=st.bud_n + 1, bud_r=st.bud_r + refused)
+        # (successes since the latest refusal: the turn is before them, they are the new period's)
+        st = _rep(st, bud_n=st.bud_n + 1, bud_r=st.bud_r + refused, bud_streak=0 if refused else st.bud_streak + 1)
         if refused and sent > st.bud_last_ref:  # a turn comes after the latest refusal
             st = _rep(st, bud_last_ref=sent, bud_streak_at=-1.0 if st.bud_streak_at < sent else st.bud_streak_at)
         elif not refused and st.bud_streak_at < _last_refused(st):  # the first success since the refusals
@@ -359,7 +370,9 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
         if st.bud_n >= JUDGE:  # it stopped refusing
             back = {"limit": st.bud_limit0, "backoff": st.bud_backoff0, "sig_sent": -1.0, "sig_ok": 0, "bud_clean": 0}
             if st.bud_mode == PACING and st.bud_run_ok < half:  # the period expected had not turned yet
-                st = _rep(_rephased(st), **back)
+                st = _rep(_rephased(st, float(st.bud_last + st.bud_run_ok) if st.bud_last > 0 else 0.0), **back)
+            elif st.bud_mode == PACING and _near_turn(st):  # it turned a little earlier than expected
+                st = _rep(_rephased(st, _full_early(st)), **back)
             elif st.bud_run_ok >= FULL * st.bud_size:  # at the budget's edge: the period turned meanwhile
                 turned = st.bud_mode == COUNTING and (st.bud_tested or st.bud_guess > 0)  # (not a bucket's)
                 st = _rep(_counted_turn(st) if turned else st, **back)
@@ -369,7 +382,8 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
         early = st.bud_mode == PACING and now - st.bud_start < st.bud_period / 4
         if st.bud_mode == COUNTING or st.bud_ok >= half or st.bud_size <= 0 or early:
             return _rep(st, bud_run_at=sent, bud_last_ref=sent, bud_slow_at=now, bud_run_ok=st.bud_ok, bud_n=0,
-                        bud_r=0, bud_limit0=st.limit, bud_backoff0=st.backoff, bud_streak_at=-1.0), False  # fmt: skip
+                        bud_r=0, bud_limit0=st.limit, bud_backoff0=st.backoff, bud_streak_at=-1.0,
+                        bud_streak=0), False  # fmt: skip
     return st, False  # far under the budget: a rate limit on top (the adaptation's)
 
 
@@ -383,22 +397,45 @@ def _counted_turn(st: ScopeState) -> ScopeState:
     mode = PACING if period > 0 and size > 0 else COUNTING
     said = f"≈ {size:.0f} per {_span(period)}" if mode == PACING else f"≈ {size:.0f} a period"
     return _rep(st, bud_mode=mode, bud_start=at, bud_seen=at if st.bud_seen >= 0 else -1.0, bud_period=period,
-                bud_size=size, bud_ok=st.bud_n - st.bud_r, bud_exact=True, bud_fresh=st.bud_seen < 0,
+                bud_size=size, bud_ok=st.bud_streak, bud_streak=0, bud_exact=True, bud_fresh=st.bud_seen < 0,
                 bud_tested=False, bud_guess=0.0,
                 cause=f"the period turned (refusals at the budget's edge ended): budget {said}",
                 cause_kind=Cause.BUDGET)  # fmt: skip
 
 
-def _rephased(st: ScopeState) -> ScopeState:
-    """A refusal early in an expected period, then successes: the period turned between them, a
-    little later than expected. That is a turn seen: the period is measured again from it, the
-    current one starts there, and the one before, which was refused at its end, was full: the
-    budget is at most what it let through (what was counted for it, and the successes counted for
-    this one before the refusal: they were its), and it does not grow next."""
+def _near_turn(st: ScopeState) -> bool:
+    """Pacing: the refusal being judged came in the last ``EARLY`` * 2 of the period expected then,
+    with half the budget gone (the period's edge, the phase a little off)."""
+    if st.bud_period <= 0 or st.bud_run_ok < max(2 * TURN, st.bud_size / 2):
+        return False
+    return _expected_end(st) - st.bud_run_at <= 2 * EARLY * st.bud_period
+
+
+def _expected_end(st: ScopeState) -> float:
+    """Pacing: the end of the period expected when the refusal being judged came."""
+    return st.bud_start if st.bud_start > st.bud_run_at else st.bud_start + st.bud_period
+
+
+def _full_early(st: ScopeState) -> float:
+    """A period that turned a little earlier than expected: what it let through. The requests sent
+    between its turn and the start expected were counted for the period before; paced evenly,
+    they are in proportion to the time: the count before the refusal over the expected period's
+    share that had gone by."""
+    gone = st.bud_run_at - (_expected_end(st) - st.bud_period)
+    return st.bud_run_ok * st.bud_period / gone if gone > 0 else float(st.bud_run_ok)
+
+
+def _rephased(st: ScopeState, full: float) -> ScopeState:
+    """Pacing: a refusal, then successes: the period turned between them, a little later than
+    expected (the refusal early in an expected period) or earlier (near its end). That is a turn
+    seen: the period is measured again from it, the current one starts there, and the one
+    before, which was refused at its end, was full: the budget is at most ``full``, what it let
+    through (later: what was counted for it, and the successes counted for this one before the
+    refusal, which were its; earlier: see :func:`_full_early`), and it does not grow next."""
     at = _between(st)
     period = _measured(st.bud_period, st.bud_seen, at)
-    size = min(st.bud_size, float(st.bud_last + st.bud_run_ok)) if st.bud_last > 0 else st.bud_size
-    return _rep(st, bud_start=at, bud_seen=at, bud_period=period, bud_size=size, bud_ok=st.bud_n - st.bud_r,
+    size = min(st.bud_size, full) if full > 0 else st.bud_size
+    return _rep(st, bud_start=at, bud_seen=at, bud_period=period, bud_size=size, bud_ok=st.bud_streak, bud_streak=0,
                 bud_exact=True, bud_fresh=False,
                 cause=f"the period turned {st.bud_start + st.bud_period - at:+.1f}s from when expected: "
                       f"budget ≈ {size:.0f} per {_span(period)}", cause_kind=Cause.BUDGET)  # fmt: skip
