@@ -232,3 +232,17 @@ def test_a_small_budgets_probes_go_further_apart_once_a_turn_began_its_period() 
     assert budget.hold(large) == pytest.approx(T0 + 32.0 + budget.PROBE_MIN)  # 32 s / 32: 1 s
     unseen = msgspec.structs.replace(small, bud_seen=-1.0)  # counted from the crawl's first send: no turn seen
     assert budget.hold(unseen) == pytest.approx(T0 + 32.0 + budget.PROBE_MIN)
+
+
+def test_pacing_spreads_what_is_left_of_the_budget_over_what_is_left_of_the_period() -> None:
+    """20 per 20 s: evenly about 1 s apart. Behind (9 used, 8 s left): what is left over what is
+    left, at most 1.5 times faster than evenly. Ahead, or nothing left: evenly."""
+    even = 20.0 / (20 * (1 - budget.SPARE))
+    state = ScopeState(bud_mode=budget.PACING, bud_size=20.0, bud_period=20.0, bud_start=T0, bud_ok=0, last_sent=T0)
+    assert budget.pace(state) == pytest.approx(even)
+    behind = msgspec.structs.replace(state, bud_ok=9, last_sent=T0 + 12.0)  # 10.6 left in 8 s
+    assert budget.pace(behind) == pytest.approx(8.0 / (20 * (1 - budget.SPARE) - 9))
+    far_behind = msgspec.structs.replace(state, bud_ok=2, last_sent=T0 + 10.0)  # 17.6 left in 10 s
+    assert budget.pace(far_behind) == pytest.approx(even / budget.CATCH_UP)
+    ahead = msgspec.structs.replace(state, bud_ok=15, last_sent=T0 + 5.0)
+    assert budget.pace(ahead) == pytest.approx(even)
