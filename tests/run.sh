@@ -32,8 +32,10 @@ logs=$(mktemp -d)
 I=tests/integration
 TIMED_A=($I/test_retries.py $I/test_budgets.py $I/test_crawls.py $I/test_scrapy.py $I/test_scrapy_edges.py
          $I/test_urlfrontier.py $I/test_worker_api.py $I/test_revisits.py)
-TIMED_B=($I/test_pauses.py $I/test_throttling.py $I/test_broker.py $I/test_failures.py $I/test_restart.py)
+TIMED_B=($I/test_pauses.py $I/test_throttling.py $I/test_broker.py $I/test_failures.py $I/test_restart.py
+         $I/test_sitemaps.py)
 # (the revisits benchmark's smoke run is timed too, and lane B had room: 11:44 against lane A's 14:02)
+# (the sitemap tests judge gaps at a site: in phase 2 beside the cluster and two other lanes they failed)
 REVISITS_BENCH="$I/test_benchmarks.py::test_benchmark_runs[revisits]"
 CLUSTER=($I/test_cluster.py)
 listed=" ${TIMED_A[*]} ${TIMED_B[*]} ${CLUSTER[*]} "
