@@ -345,7 +345,7 @@ def _period(st: ScopeState, refused: bool, sent: float, now: float) -> tuple[Sco
     adaptation's): while counting, any refusal; while pacing, one once half the budget went
     through, or early in the period (its turn not come yet). A refusal right after a turn says
     the turn was not one."""
-    half = max(2 * TURN, st.bud_size / 2)
+    half = _half(st)
     if st.bud_fresh and refused and st.bud_ok < 2 * TURN:  # not a turn: still the spent period
         return _spent_again(st, sent, "refused again right after what looked like the period's turn", period=True), True
     if not refused:
@@ -403,10 +403,15 @@ def _counted_turn(st: ScopeState) -> ScopeState:
                 cause_kind=Cause.BUDGET)  # fmt: skip
 
 
+def _half(st: ScopeState) -> float:
+    """Half the budget (at least two turns' worth): a refusal before it is early in a period."""
+    return max(2 * TURN, st.bud_size / 2)
+
+
 def _near_turn(st: ScopeState) -> bool:
     """Pacing: the refusal being judged came in the last ``EARLY`` * 2 of the period expected then,
     with half the budget gone (the period's edge, the phase a little off)."""
-    if st.bud_period <= 0 or st.bud_run_ok < max(2 * TURN, st.bud_size / 2):
+    if st.bud_period <= 0 or st.bud_run_ok < _half(st):
         return False
     return _expected_end(st) - st.bud_run_at <= 2 * EARLY * st.bud_period
 
@@ -468,7 +473,7 @@ def _judged_spent(st: ScopeState, sent: float) -> ScopeState:
     """A refusal judged the budget's: what the period let through is its budget (counted from a
     turn seen; else, a period expected whose phase was not seen, one probe step back, at least
     what went through); early in an expected period, the turn has not come yet."""
-    half = max(2 * TURN, st.bud_size / 2)
+    half = _half(st)
     if st.bud_mode == PACING and st.bud_run_ok < half:
         return _spent_again(st, sent, "refused at the start of an expected period: probing for its turn")
     exact = st.bud_exact or st.bud_mode == COUNTING
