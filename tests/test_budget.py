@@ -75,7 +75,7 @@ def test_a_period_that_refused_gets_no_more_than_probes_for_its_turn() -> None:
     s = OPEN
     state = ScopeState(bud_mode=budget.SPENT, bud_size=50.0, bud_refused=T0, bud_streak_at=T0, last_sent=T0 + 64.0)
     d = decide(state, T0 + 64.5, s)
-    assert d.reason == "budget" and d.at == pytest.approx(T0 + 64.0 + 2.0)
+    assert d.reason == "budget" and d.at == pytest.approx(T0 + 64.0 + 2.0, abs=1e-6)
     assert sentence(d.reason, d.at, T0 + 64.5).startswith("this period's budget (learned from 429s) spent")
     assert budget.describe(state).endswith("spent this period: probing for its turn")
 
@@ -120,7 +120,7 @@ def test_a_period_that_turns_later_than_expected_is_seen_and_measured_again() ->
         t = T0 + 2.0 + i * 0.5
         state = apply(state, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
     assert state.bud_mode == budget.PACING and state.bud_run_at < 0
-    assert state.bud_start == pytest.approx(T0 + 1.25) and state.bud_seen == state.bud_start
+    assert state.bud_start == pytest.approx(T0 + 1.25, abs=1e-6) and state.bud_seen == state.bud_start
     assert 19.4 < state.bud_period < 20.0
     assert state.bud_size == 38.0 and state.bud_clean == 0
     # two successes counted for the expected period before its refusal were the earlier period's
@@ -165,7 +165,7 @@ def test_a_period_counted_after_its_turn_turns_between_its_latest_refusal_and_th
         t = T0 + offset
         state = apply(state, Done(sent_at=t, dispatched_at=t, status=status, latency=0.05), t + 0.05, s)
     assert state.bud_mode == budget.PACING and state.bud_run_at < 0
-    assert state.bud_start == pytest.approx(T0 + 56.5)
+    assert state.bud_start == pytest.approx(T0 + 56.5, abs=1e-6)
     assert state.bud_period == pytest.approx(60.0)
     assert state.bud_size == 20.0
 
@@ -193,13 +193,17 @@ def test_a_period_that_used_its_budget_is_not_probed_long_before_its_turn_is_due
     and not come): probes go on at the growing interval."""
     used = ScopeState(bud_mode=budget.SPENT, bud_size=60.0, bud_ok=60, bud_period=60.0, bud_start=T0,
                       bud_refused=T0 + 40.0, bud_streak_at=T0 + 40.0, last_sent=T0 + 40.0)  # fmt: skip
-    assert budget.hold(used) == pytest.approx(T0 + 60.0 * (1 - budget.EARLY))
+    assert budget.hold(used) == pytest.approx(T0 + 60.0 * (1 - budget.EARLY), abs=1e-6)
     guessed = msgspec.structs.replace(used, bud_period=0.0, bud_guess=50.0)
-    assert budget.hold(guessed) == pytest.approx(T0 + 50.0 * (1 - budget.EARLY))
+    assert budget.hold(guessed) == pytest.approx(T0 + 50.0 * (1 - budget.EARLY), abs=1e-6)
     early = msgspec.structs.replace(used, bud_ok=3)
-    assert budget.hold(early) == pytest.approx(T0 + 40.0 + budget.PROBE_MIN)
+    assert budget.hold(early) == pytest.approx(T0 + 40.0 + budget.PROBE_MIN, abs=1e-6)
     late = msgspec.structs.replace(used, last_sent=T0 + 58.0, bud_refused=T0 + 26.0)  # past the due time
-    assert budget.hold(late) == pytest.approx(T0 + 58.0 + budget.PROBE_MIN)
+    assert budget.hold(late) == pytest.approx(T0 + 58.0 + budget.PROBE_MIN, abs=1e-6)
+    # a budget of 10 with 6 used: early in the period as _judged_spent tells it (under two turns'
+    # worth), so its turn may come any time: probed, not held for most of a period
+    small = msgspec.structs.replace(used, bud_size=10.0, bud_ok=6)
+    assert budget.hold(small) == pytest.approx(T0 + 40.0 + budget.PROBE_MIN, abs=1e-6)
 
 
 def test_successes_at_a_budgets_pace_do_not_probe_the_rate_limit_faster() -> None:
@@ -227,11 +231,11 @@ def test_a_small_budgets_probes_go_further_apart_once_a_turn_began_its_period() 
     at least 1 s: ~24 refused probes before a 60 s period turns). A budget of 2000: a 32nd."""
     small = ScopeState(bud_mode=budget.SPENT, bud_size=60.0, bud_ok=60, bud_start=T0, bud_seen=T0,
                        bud_refused=T0 + 30.0, bud_streak_at=T0 + 30.0, last_sent=T0 + 32.0)  # fmt: skip
-    assert budget.hold(small) == pytest.approx(T0 + 32.0 + 3.2)
+    assert budget.hold(small) == pytest.approx(T0 + 32.0 + 3.2, abs=1e-6)
     large = msgspec.structs.replace(small, bud_size=2000.0, bud_ok=2000)
-    assert budget.hold(large) == pytest.approx(T0 + 32.0 + budget.PROBE_MIN)  # 32 s / 32: 1 s
+    assert budget.hold(large) == pytest.approx(T0 + 32.0 + budget.PROBE_MIN, abs=1e-6)  # 32 s / 32: 1 s
     unseen = msgspec.structs.replace(small, bud_seen=-1.0)  # counted from the crawl's first send: no turn seen
-    assert budget.hold(unseen) == pytest.approx(T0 + 32.0 + budget.PROBE_MIN)
+    assert budget.hold(unseen) == pytest.approx(T0 + 32.0 + budget.PROBE_MIN, abs=1e-6)
 
 
 def test_pacing_spreads_what_is_left_of_the_budget_over_what_is_left_of_the_period() -> None:
@@ -246,3 +250,56 @@ def test_pacing_spreads_what_is_left_of_the_budget_over_what_is_left_of_the_peri
     assert budget.pace(far_behind) == pytest.approx(even / budget.CATCH_UP)
     ahead = msgspec.structs.replace(state, bud_ok=15, last_sent=T0 + 5.0)
     assert budget.pace(ahead) == pytest.approx(even)
+    # requests in flight are spent already: two of them leave 8.6 for the 8 s
+    in_flight = msgspec.structs.replace(behind, inflight=2)
+    assert budget.pace(in_flight) == pytest.approx(8.0 / (20 * (1 - budget.SPARE) - 9 - 2))
+
+
+def test_a_run_judged_on_a_success_after_its_latest_refusal_starts_the_turns_streak_there() -> None:
+    """Watching, a run judged a budget (the accepted rate fell with the sending rate at two
+    halvings) on a success: its latest refusal was sent at T0 + 14, a success at T0 + 16 and this
+    one at T0 + 18. The period may have turned between 14 and 16: the two successes are the first
+    of the turn's streak, and two more say it turned there, at T0 + 15 (not at the next success)."""
+    s = OPEN
+    state = ScopeState(bud_run_at=T0, bud_slow_at=T0 + 10.0, bud_n1=10, bud_r1=2, bud_n=3, bud_r=2, bud_follows=1,
+                       bud_last_ref=T0 + 14.0, bud_streak=1, bud_streak_at=T0 + 16.0, bud_run_ok=40,
+                       bud_ok=41)  # fmt: skip
+    t = T0 + 18.0
+    state = apply(state, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
+    assert state.bud_mode == budget.SPENT and state.bud_size == 40.0
+    assert state.bud_streak == 2 and state.bud_streak_at == pytest.approx(T0 + 15.0, abs=1e-6)
+    for t in (T0 + 19.0, T0 + 20.0):
+        state = apply(state, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
+    assert state.bud_mode == budget.COUNTING and state.bud_start == pytest.approx(T0 + 15.0, abs=1e-6)
+    assert state.bud_guess == pytest.approx(15.0)  # as long as the refusals lasted: T0 to the turn
+
+
+def _pacing_refused_then_ok(refused_at: float, ok_from: float) -> ScopeState:
+    """Pacing 20 per 20 s from T0 (three periods measured before), 12 used; a refusal sent at
+    ``refused_at``, then successes from ``ok_from``, 0.5 s apart."""
+    s = OPEN
+    state = ScopeState(bud_mode=budget.PACING, bud_size=20.0, bud_period=20.0, bud_start=T0, bud_seen=T0 - 60.0,
+                       bud_ok=12, limit=0.2, backoff=0.2)  # fmt: skip
+    t = T0 + refused_at
+    state = apply(state, Done(sent_at=t, dispatched_at=t, status=429, latency=0.05), t + 0.05, s)
+    for i in range(budget.JUDGE):
+        t = T0 + ok_from + i * 0.5
+        state = apply(state, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
+    return state
+
+
+def test_a_period_measured_a_little_long_drifts_and_its_early_turn_is_seen() -> None:
+    """The scope's period is 20 s from T0, the server's turned at about T0 + 15 (its period a
+    little shorter: each one drifts). A refusal 72 % into the period expected (half the budget
+    gone), then successes: a turn between them (T0 + 15.25), 4.75 s before the one expected,
+    within a quarter period. Measured again: the phase from there, the budget at most what the
+    period let through in proportion (12 in 14.5 s of 20). A turn implied 8.5 s before the one
+    expected is none: the refusal goes to the adaptation."""
+    early = _pacing_refused_then_ok(14.5, 16.0)
+    assert early.bud_mode == budget.PACING and early.bud_run_at < 0
+    assert early.bud_start == pytest.approx(T0 + 15.25, abs=1e-6) and early.bud_seen == early.bud_start
+    assert early.bud_size == pytest.approx(12 * 20.0 / 14.5)
+    assert 18.0 < early.bud_period < 20.0
+    far = _pacing_refused_then_ok(11.0, 12.0)
+    assert far.bud_start == T0 and far.bud_size == 20.0 and far.bud_seen == T0 - 60.0
+    assert far.backoff > 0.2  # the adaptation's refusal

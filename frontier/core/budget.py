@@ -40,7 +40,9 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
   turn was tested or the period guessed; it came between the latest refusal and the first
   success after it).
 - **pacing**: budget and period known: requests are spread evenly, ``period / budget`` apart
-  (``SPARE`` to spare), whatever the phase, so no period holds more than the budget. A period
+  (``SPARE`` to spare), whatever the phase, so no period holds more than the budget (a period
+  slowed by a refusal being judged catches up over what is left of it, at most ``CATCH_UP``
+  times faster: a server's period out of phase may then hold a little more). A period
   that ends with its budget used and no refusal, the second in a row, probes upward: the next
   allows ``UP`` more, and each further one twice as much more (at most half), so a budget
   learned too low is found in a few periods (never inside a period that already refused).
@@ -48,8 +50,13 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
   turns; the budget is what went through, counted from a turn seen (else one probe step back),
   and the turn is watched for again, which keeps the phase and the period measured. A refusal
   early in a period, then successes: the period turned a little later than expected (a turn
-  seen: phase and period measured again; the period before was full). A refusal early in a
-  period that goes on: spent again, the budget kept.
+  seen: phase and period measured again; the period before was full). A refusal in the second
+  half of a period, then successes, that puts the turn within ``DRIFT`` of a period before the
+  one expected: the period turned a little earlier than expected (a period measured a little
+  long drifts; measured again, the budget at most what the period let through in proportion).
+  A refusal early in a period that goes on: spent again, the budget kept. Successes that a
+  run's judging saw after its latest refusal are the first of the turn's streak (the turn
+  between them).
 
 A Retry-After on a refusal still closes the scope until then (:mod:`frontier.core.policy`).
 """
@@ -83,6 +90,7 @@ PROBE_MIN, PROBE_MAX = 1.0, 3600.0  # ...within these bounds (seconds)
 RAN_SHARE = 1 / 10  # ...or, when a turn began the period, up to this share of the time since it began...
 RAN_PROBES = 10  # ...as far as probes every that share of it come to this many per size of the budget
 EARLY = 0.1  # ...and from this share of a known or guessed period before its turn is due
+DRIFT = 0.25  # pacing: a refusal, then successes, this share of a period before the turn expected: it turned early
 FULL = 0.9  # a period that used this share of its budget tells whether more would have passed
 # refusals that end at once at the rate they came at: maybe a period turned (at least half of the
 # TURN_RUN answers before TURN_LONG successes in a row refused, the successes sent at most TURN_GAP
@@ -100,12 +108,14 @@ def _rep(state: ScopeState, **changes: object) -> ScopeState:
 
 
 def pace(state: ScopeState) -> float:
-    """The gap a learned budget asks for (0: none). Pacing, what is left of the budget is spread
-    over what is left of the period (a period slowed down by a refusal being judged catches up),
-    at most ``CATCH_UP`` times faster than evenly."""
+    """The gap a learned budget asks for (0: none). Pacing, what is left of the budget (less the
+    requests in flight) is spread over what is left of the period (a period slowed down by a
+    refusal being judged catches up), at most ``CATCH_UP`` times faster than evenly. The scope's
+    periods hold at most its budget; a server's period out of phase with them may hold a little
+    more while one catches up (its refusal then rephases the scope: see :func:`_near_turn`)."""
     if state.bud_mode == PACING and state.bud_size > 0 and state.bud_period > 0:
         even = state.bud_period / (state.bud_size * (1 - SPARE))
-        left = state.bud_size * (1 - SPARE) - state.bud_ok
+        left = state.bud_size * (1 - SPARE) - state.bud_ok - state.inflight
         ends = state.bud_start + state.bud_period - max(state.last_sent, state.bud_start)
         if left <= 1 or ends <= 0:
             return even
@@ -131,7 +141,7 @@ def hold(state: ScopeState) -> float | None:
         # a period that used its budget, its length known or guessed, is not probed for its turn long
         # before that is due (a period refused at its start, the turn expected passed: probes go on)
         period = state.bud_period if state.bud_period > 0 else state.bud_guess
-        used = period > 0 and state.bud_start >= 0 and state.bud_ok >= state.bud_size / 2
+        used = period > 0 and state.bud_start >= 0 and state.bud_ok >= _half(state)  # (as _judged_spent tells)
         due = state.bud_start + period * (1 - EARLY) if used else -1.0
         return max(state.last_sent + gap, due)
     return None
@@ -208,7 +218,7 @@ def _watching(
         bud_hist=((state.bud_hist << 1) | (refused and state.gate_until <= now)) & 0xFFFF,
     )
     if refused:
-        st = _rep(st, bud_ref_gap=gap)
+        st = _rep(st, bud_ref_gap=gap, bud_last_ref=sent)
     elif st.bud_streak == 1:
         st = _rep(st, bud_streak_at=sent)
     # (with many requests in flight, answers interleave by arrival: a short burst tells nothing)
@@ -298,9 +308,13 @@ def _end_run(st: ScopeState) -> ScopeState:
 def _found(st: ScopeState, now: float, fast: float, slow: float) -> ScopeState:
     """The run's refusals did not follow the rate: a budget of what the period let through."""
     size = float(st.bud_run_ok)
+    # successes since the latest refusal (judged on one of them): the period may have turned
+    # between that refusal and the first of them; they are the first of the turn's streak
+    streak = st.bud_streak if st.bud_last_ref >= 0 and st.bud_streak_at > st.bud_last_ref else 0
+    at = (st.bud_last_ref + st.bud_streak_at) / 2 if streak else st.bud_last_ref
     return _end_run(_rep(
-        st, bud_mode=SPENT, bud_tested=False, bud_size=size, bud_refused=st.bud_run_at, bud_streak=0,
-        bud_streak_at=-1.0,
+        st, bud_mode=SPENT, bud_tested=False, bud_size=size, bud_refused=st.bud_run_at, bud_streak=streak,
+        bud_streak_at=at,
         limit=st.bud_limit0,
         backoff=st.bud_backoff0, sig_sent=-1.0, sig_ok=0,
         cause=f"budget ≈ {size:.0f} this period from 429s that did not follow the rate ({st.bud_r} of "
@@ -409,11 +423,14 @@ def _half(st: ScopeState) -> float:
 
 
 def _near_turn(st: ScopeState) -> bool:
-    """Pacing: the refusal being judged came in the last ``EARLY`` * 2 of the period expected then,
-    with half the budget gone (the period's edge, the phase a little off)."""
+    """Pacing: the refusal being judged came in the second half of the period expected then, with
+    half the budget gone, and the turn it implies (between it and the first success after it) is
+    within ``DRIFT`` of the period before the turn expected (the phase a little off: a period
+    measured a little long drifts later each period)."""
     if st.bud_period <= 0 or st.bud_run_ok < _half(st):
         return False
-    return _expected_end(st) - st.bud_run_at <= 2 * EARLY * st.bud_period
+    end = _expected_end(st)
+    return end - st.bud_run_at <= st.bud_period / 2 and end - _between(st) <= DRIFT * st.bud_period
 
 
 def _expected_end(st: ScopeState) -> float:
