@@ -303,3 +303,22 @@ def test_a_period_measured_a_little_long_drifts_and_its_early_turn_is_seen() -> 
     far = _pacing_refused_then_ok(11.0, 12.0)
     assert far.bud_start == T0 and far.bud_size == 20.0 and far.bud_seen == T0 - 60.0
     assert far.backoff > 0.2  # the adaptation's refusal
+
+
+def test_a_scope_left_idle_while_spent_keeps_its_phase_and_guesses_no_period() -> None:
+    """Spent from T0 + 5, the last refused probe at T0 + 8, then nothing to send until T0 + 50:
+    the turn is somewhere in those 42 s. With a 60 s period seen turning at T0 - 45, the turn
+    expected (T0 + 15) lies there: it is the turn, and the period stays 60 s (the middle, T0 + 29,
+    would have measured 67 s). With no period known, no period is guessed from so vague a turn."""
+    s = OPEN
+    known = ScopeState(bud_mode=budget.SPENT, bud_size=30.0, bud_period=60.0, bud_seen=T0 - 45.0, bud_start=T0 - 45.0,
+                       bud_refused=T0 + 5.0, bud_streak_at=T0 + 8.0)  # fmt: skip
+    unknown = msgspec.structs.replace(known, bud_period=0.0, bud_seen=-1.0)
+    for i in range(budget.TURN):
+        t = T0 + 50.0 + i * 0.2
+        known = apply(known, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
+        unknown = apply(unknown, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
+    assert known.bud_mode == budget.PACING
+    assert known.bud_start == pytest.approx(T0 + 15.0, abs=1e-6) and known.bud_period == 60.0
+    assert unknown.bud_mode == budget.COUNTING and unknown.bud_guess == 0.0
+    assert unknown.bud_start == pytest.approx(T0 + 29.0, abs=1e-6)

@@ -328,22 +328,31 @@ def _spent(st: ScopeState, refused: bool, sent: float) -> ScopeState:
     if refused:  # (the last refused probe: the turn comes after it)
         return _rep(st, bud_streak=0, bud_streak_at=sent)
     streak = st.bud_streak + 1
-    at = st.bud_streak_at
+    at, span = st.bud_streak_at, st.bud_turn_span
     if streak == 1:
         # the turn came after the last refused probe (and after the gate a refusal set, which
         # ends at the turn when the server says so) and before this success: the middle
         after = max(st.bud_streak_at, st.gate_until if st.gate_until <= sent else -1.0)
-        at = (sent + after) / 2 if 0 <= st.bud_refused <= after < sent else sent
-    st = _rep(st, bud_streak=streak, bud_streak_at=at)
+        known = 0 <= st.bud_refused <= after < sent
+        at, span = ((sent + after) / 2, sent - after) if known else (sent, 0.0)
+    st = _rep(st, bud_streak=streak, bud_streak_at=at, bud_turn_span=span)
     if streak < TURN:
         return st
-    # the period turned: refusals ended at once; a period is known from the turn seen before
+    # the period turned: refusals ended at once; a period is known from the turn seen before. When
+    # the last refused probe and this streak's first success are more than a quarter period apart
+    # (a scope left idle meanwhile), the turn expected from it is the turn if it lies between them
+    if st.bud_period > 0 and st.bud_seen >= 0 and span > st.bud_period / 4:
+        expected = st.bud_seen + round((at - st.bud_seen) / st.bud_period) * st.bud_period
+        at = expected if abs(expected - at) <= span / 2 else at
     period = _measured(st.bud_period, st.bud_seen, at)
     mode = PACING if period > 0 and st.bud_size > 0 else COUNTING
     said = f"≈ {st.bud_size:.0f} per {_span(period)}" if mode == PACING else f"≈ {st.bud_size:.0f} a period"
     # the first turn seen: until a second one measures the period, it is taken to be as long as the
-    # refusals lasted (their first to this turn), and the budget paced over that
+    # refusals lasted (their first to this turn), and the budget paced over that; not when the turn
+    # is known only within more than a quarter of that (the scope was idle: the refusals may have
+    # ended long before)
     guess = at - st.bud_refused if mode == COUNTING and 0 <= st.bud_refused < at else 0.0
+    guess = 0.0 if span > guess / 4 else guess
     said += f" (paced over {_span(guess)} until the next turn measures the period)" if guess else ""
     return _rep(st, bud_mode=mode, bud_tested=False, bud_start=at, bud_ok=streak, bud_refused=-1.0, bud_streak=0,
                 bud_guess=guess,
