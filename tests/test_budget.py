@@ -322,19 +322,3 @@ def test_a_scope_left_idle_while_spent_keeps_its_phase_and_guesses_no_period() -
     assert known.bud_start == pytest.approx(T0 + 15.0, abs=1e-6) and known.bud_period == 60.0
     assert unknown.bud_mode == budget.COUNTING and unknown.bud_guess == 0.0
     assert unknown.bud_start == pytest.approx(T0 + 29.0, abs=1e-6)
-
-
-def test_refusals_too_short_to_judge_that_recur_with_the_period_are_a_budget() -> None:
-    """30 a period of 20 s, a 3/s bucket on top, the crawl entered 40 % into a period: each
-    period's refusals (its 50 % stage) end at its turn after two or three, too few to judge at
-    half the rate and too few for a turn test; the adaptation took them for a rate limit and its
-    slower limit cost the next period up to 30 %. Refusals that end at once, recurring a whole
-    number of periods apart (periods that did not use their budget refused nothing), are a budget:
-    paced from there, every judged period uses at least 85 % of it."""
-    site = sites.StagedQuota(name="s", latency=0.02, quota=60, window=20.0, phase=8.0, rate=3.0, burst=3.0, every=True)
-    trace: list[str] = []
-    state = simulate(site, DEFAULTS, duration=20.0 * 7.6, warmup=0.0, trace=trace).state
-    assert any("refusals that ended at once every" in line for line in trace)
-    assert state.bud_mode == budget.PACING and state.bud_period == pytest.approx(20.0, rel=0.1)
-    used = [site.periods[k][0] / site.free for k in range(3, 7)]
-    assert min(used) >= 0.85, used

@@ -96,8 +96,6 @@ FULL = 0.9  # a period that used this share of its budget tells whether more wou
 # TURN_RUN answers before TURN_LONG successes in a row refused, the successes sent at most TURN_GAP
 # times the last refusal's interval apart)
 TURN_RUN, TURN_LONG, TURN_GAP = 4, 4, 1.5
-RECUR = 0.1  # such turns that recur as long apart as the two before (within this share): a period...
-RECUR_SPAN = 4  # ...or a whole number of times as long, up to this many
 TEST = 4  # such a turn is tested with this many requests at the limit before the run: all must pass...
 TEST_INFLIGHT = 2  # ...only while at most this many requests are in flight
 
@@ -225,16 +223,11 @@ def _watching(
         st = _rep(st, bud_streak_at=sent)
     # (with many requests in flight, answers interleave by arrival: a short burst tells nothing)
     if (st.bud_run_at >= 0 and st.bud_streak == TURN_LONG and st.bud_test_left == 0 and st.bud_test_at < 0
-            and st.bud_run_ok >= 2 * TEST and st.inflight <= TEST_INFLIGHT
-            and _turned(st, sent, slowed=False)):  # fmt: skip
-        periodic = _recurred(st)
-        if periodic is not None:
-            return periodic, False
-        st = _candidate(st)
-        if _turned(st, sent):
-            # refusals that ended at once: a period's turn, or a rate limit's? A budget fresh from its
-            # turn lets a burst through; a rate limit that just refused does not
-            return _rep(st, **{**NO_TEST, "bud_test_left": TEST}), False
+            and st.bud_run_ok >= 2 * TEST
+            and st.inflight <= TEST_INFLIGHT and _turned(st, sent)):  # fmt: skip
+        # refusals that ended at once: a period's turn, or a rate limit's? A budget fresh from its
+        # turn lets a burst through; a rate limit that just refused does not
+        return _rep(st, **{**NO_TEST, "bud_test_left": TEST}), False
     if st.bud_run_at < 0 or (refused and state.bud_streak >= RUN_NEW):
         if not refused:
             return st, False
@@ -270,56 +263,15 @@ def _watching(
                 bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_follows=halvings), False  # fmt: skip
 
 
-def _turned(st: ScopeState, sent: float, slowed: bool = True) -> bool:
+def _turned(st: ScopeState, sent: float) -> bool:
     """Refusals that ended at once while the rate stayed: at least half of the ``TURN_RUN`` answers
     before ``TURN_LONG`` successes in a row were refused, and the successes were sent at most
     ``TURN_GAP`` times the interval of the last refusal apart on average; a refusal that announced
-    a window is none of them (a bucket refills meanwhile). ``slowed``: and the refusals went on at
-    half the rate that went through before, or slower (a bucket would have let that through)."""
+    a window is none of them (a bucket refills meanwhile)."""
     before = (st.bud_hist >> TURN_LONG) & ((1 << TURN_RUN) - 1)
     mean = (sent - st.bud_streak_at) / (TURN_LONG - 1)
-    half = st.bud_ref_gap >= 2 * st.bud_limit0 or not slowed
-    return bin(before).count("1") * 2 >= TURN_RUN and 0 < mean <= TURN_GAP * st.bud_ref_gap and half
-
-
-def _candidate(st: ScopeState) -> ScopeState:
-    """Refusals that ended at once, between the latest and the first success after it: maybe a
-    period's turn. Remembered with the time from the one before and the successes in between
-    (counted from here on)."""
-    at = (st.bud_last_ref + st.bud_streak_at) / 2 if 0 <= st.bud_last_ref < st.bud_streak_at else st.bud_streak_at
-    gap = at - st.bud_cand if st.bud_cand >= 0 else 0.0
-    return _rep(st, bud_cand=at, bud_cand_gap=gap, bud_cand_ok=st.bud_run_ok if gap > 0 else 0, bud_ok=st.bud_streak)
-
-
-def _recurred(st: ScopeState) -> ScopeState | None:
-    """Refusals that ended at once a third time, as long after the second as the second after the
-    first, or a whole number of times as long (within ``RECUR`` of each span; up to ``RECUR_SPAN``
-    periods: those that did not use their budget refused nothing): the server counts per period,
-    whatever the rate. Budget: the fewer successes of a span of one period; paced from this turn.
-    What the adaptation learned from those refusals (the budget's) is dropped: a rate limit on top
-    refuses again if there is one."""
-    if st.bud_cand < 0 or st.bud_cand_gap <= 0:
-        return None
-    turned = _candidate(st)
-    spans = (st.bud_cand_gap, turned.bud_cand_gap)
-    unit = min(spans)
-    whole = [round(span / unit) for span in spans]
-    if any(abs(span - k * unit) > RECUR * span or k > RECUR_SPAN for span, k in zip(spans, whole, strict=True)):
-        return None
-    period = sum(span / k for span, k in zip(spans, whole, strict=True)) / 2
-    # what one period let through: counted over a span of one
-    size = float(min(n for n, k in zip((st.bud_cand_ok, st.bud_run_ok), whole, strict=True) if k == 1))
-    if size < 2 * TURN:
-        return None
-    return _end_run(_rep(
-        turned, bud_mode=PACING, bud_size=size, bud_period=period, bud_start=turned.bud_cand, bud_seen=turned.bud_cand,
-        bud_ok=st.bud_streak, bud_streak=0, bud_refused=-1.0, bud_exact=True, bud_fresh=False, bud_tested=False,
-        bud_guess=0.0, bud_cand=-1.0, bud_cand_gap=0.0, bud_cand_ok=0, limit=0.0, backoff=0.0, sig_sent=-1.0,
-        sig_ok=0,
-        cause=f"refusals that ended at once every {_span(period)}, whatever the rate: budget ≈ {size:.0f} "
-              f"per {_span(period)} from 429s that did not follow the rate",
-        cause_kind=Cause.BUDGET,
-    ))  # fmt: skip
+    slowed = st.bud_ref_gap >= 2 * st.bud_limit0  # refused at half the rate that went through before, or slower
+    return bin(before).count("1") * 2 >= TURN_RUN and 0 < mean <= TURN_GAP * st.bud_ref_gap and slowed
 
 
 def _test_answer(st: ScopeState, refused: bool) -> tuple[ScopeState, bool]:

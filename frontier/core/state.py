@@ -86,9 +86,6 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     bud_test_n: int = 0  # test answers so far
     bud_tested: bool = False  # counting since a turn a test confirmed (no refusal by twice its budget: none)
     bud_last_ref: float = -1.0  # dispatch time of the latest refusal of the run being judged (the turn is after it)
-    bud_cand: float = -1.0  # watching: the latest run of refusals that ended at once (a turn, maybe)...
-    bud_cand_gap: float = 0.0  # ...the time from the one before it (0: none)...
-    bud_cand_ok: int = 0  # ...and the successes between those two
     bud_turn_span: float = 0.0  # spent: from the last refused probe to the first success after it (the turn is between)
 
 
