@@ -204,6 +204,8 @@ def test_a_period_that_used_its_budget_is_not_probed_long_before_its_turn_is_due
     # worth), so its turn may come any time: probed, not held for most of a period
     small = msgspec.structs.replace(used, bud_size=10.0, bud_ok=6)
     assert budget.hold(small) == pytest.approx(T0 + 40.0 + budget.PROBE_MIN, abs=1e-6)
+    tiny = msgspec.structs.replace(used, bud_size=5.0, bud_ok=5)  # all of a budget under two turns' worth
+    assert budget.hold(tiny) == pytest.approx(T0 + 60.0 * (1 - budget.EARLY), abs=1e-6)
 
 
 def test_successes_at_a_budgets_pace_do_not_probe_the_rate_limit_faster() -> None:
@@ -268,6 +270,7 @@ def test_a_run_judged_on_a_success_after_its_latest_refusal_starts_the_turns_str
     state = apply(state, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
     assert state.bud_mode == budget.SPENT and state.bud_size == 40.0
     assert state.bud_streak == 2 and state.bud_streak_at == pytest.approx(T0 + 15.0, abs=1e-6)
+    assert state.bud_turn_span == pytest.approx(2.0)  # the turn is known within 14-16
     for t in (T0 + 19.0, T0 + 20.0):
         state = apply(state, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
     assert state.bud_mode == budget.COUNTING and state.bud_start == pytest.approx(T0 + 15.0, abs=1e-6)

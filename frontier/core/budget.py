@@ -141,7 +141,8 @@ def hold(state: ScopeState) -> float | None:
         # a period that used its budget, its length known or guessed, is not probed for its turn long
         # before that is due (a period refused at its start, the turn expected passed: probes go on)
         period = state.bud_period if state.bud_period > 0 else state.bud_guess
-        used = period > 0 and state.bud_start >= 0 and state.bud_ok >= _half(state)  # (as _judged_spent tells)
+        # (as _judged_spent tells early from used; a budget under two turns' worth: all of it used)
+        used = period > 0 and state.bud_start >= 0 and state.bud_ok >= min(_half(state), state.bud_size)
         due = state.bud_start + period * (1 - EARLY) if used else -1.0
         return max(state.last_sent + gap, due)
     return None
@@ -218,7 +219,7 @@ def _watching(
         bud_hist=((state.bud_hist << 1) | (refused and state.gate_until <= now)) & 0xFFFF,
     )
     if refused:
-        st = _rep(st, bud_ref_gap=gap, bud_last_ref=sent)
+        st = _rep(st, bud_ref_gap=gap, bud_last_ref=max(st.bud_last_ref, sent))  # (answers may come out of order)
     elif st.bud_streak == 1:
         st = _rep(st, bud_streak_at=sent)
     # (with many requests in flight, answers interleave by arrival: a short burst tells nothing)
@@ -312,9 +313,10 @@ def _found(st: ScopeState, now: float, fast: float, slow: float) -> ScopeState:
     # between that refusal and the first of them; they are the first of the turn's streak
     streak = st.bud_streak if st.bud_last_ref >= 0 and st.bud_streak_at > st.bud_last_ref else 0
     at = (st.bud_last_ref + st.bud_streak_at) / 2 if streak else st.bud_last_ref
+    span = st.bud_streak_at - st.bud_last_ref if streak else 0.0
     return _end_run(_rep(
         st, bud_mode=SPENT, bud_tested=False, bud_size=size, bud_refused=st.bud_run_at, bud_streak=streak,
-        bud_streak_at=at,
+        bud_streak_at=at, bud_turn_span=span,
         limit=st.bud_limit0,
         backoff=st.bud_backoff0, sig_sent=-1.0, sig_ok=0,
         cause=f"budget ≈ {size:.0f} this period from 429s that did not follow the rate ({st.bud_r} of "
