@@ -121,6 +121,7 @@ def test_a_period_that_turns_later_than_expected_is_seen_and_measured_again() ->
         state = apply(state, Done(sent_at=t, dispatched_at=t, status=200, latency=0.05), t + 0.05, s)
     assert state.bud_mode == budget.PACING and state.bud_run_at < 0
     assert state.bud_start == pytest.approx(T0 + 1.25, abs=1e-6) and state.bud_seen == state.bud_start
+    assert "the period turned 1.2 s later than expected" in state.cause
     assert 19.4 < state.bud_period < 20.0
     assert state.bud_size == 38.0 and state.bud_clean == 0
     # two successes counted for the expected period before its refusal were the earlier period's
@@ -301,6 +302,7 @@ def test_a_period_measured_a_little_long_drifts_and_its_early_turn_is_seen() -> 
     early = _pacing_refused_then_ok(14.5, 16.0)
     assert early.bud_mode == budget.PACING and early.bud_run_at < 0
     assert early.bud_start == pytest.approx(T0 + 15.25, abs=1e-6) and early.bud_seen == early.bud_start
+    assert "the period turned 4.8 s earlier than expected" in early.cause
     assert early.bud_size == pytest.approx(12 * 20.0 / 14.5)
     assert 18.0 < early.bud_period < 20.0
     far = _pacing_refused_then_ok(11.0, 12.0)

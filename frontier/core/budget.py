@@ -468,10 +468,13 @@ def _rephased(st: ScopeState, full: float) -> ScopeState:
     at = _between(st)
     period = _measured(st.bud_period, st.bud_seen, at)
     size = min(st.bud_size, full) if full > 0 else st.bud_size
+    # (the turn expected nearest to it: the period may have been advanced while the refusal was judged)
+    off = at - (st.bud_start + round((at - st.bud_start) / st.bud_period) * st.bud_period)
+    when = f"{abs(off):.1f} s {'later' if off > 0 else 'earlier'} than expected"
     return _rep(st, bud_start=at, bud_seen=at, bud_period=period, bud_size=size, bud_ok=st.bud_streak, bud_streak=0,
                 bud_exact=True, bud_fresh=False,
-                cause=f"the period turned {st.bud_start + st.bud_period - at:+.1f}s from when expected: "
-                      f"budget ≈ {size:.0f} per {_span(period)}", cause_kind=Cause.BUDGET)  # fmt: skip
+                cause=f"the period turned {when}: budget ≈ {size:.0f} per {_span(period)}",
+                cause_kind=Cause.BUDGET)  # fmt: skip
 
 
 def _last_refused(st: ScopeState) -> float:
