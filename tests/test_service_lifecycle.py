@@ -173,6 +173,72 @@ async def test_a_fenced_partition_is_dropped_without_a_clean_marker() -> None:
     assert 0 not in svc._restoring  # fenced: another instance owns it, not reopened here
 
 
+async def _failed_commit(svc: FrontierService, code: int, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Partition 0 served by ``svc``, its next commit failing with ``code``; returns the partitions
+    opened again (the open itself replaced: no broker here), once the failed store is closed."""
+
+    class Failing(Recorder):
+        def commit_transaction(self, timeout: float) -> None:
+            raise KafkaException(KafkaError(code, "failed", fatal=True))
+
+    monkeypatch.setattr(lifecycle_module, "RETAKE_AFTER", 0.0)
+    settings = svc.cfg.frontier
+    closed: list[str] = []
+
+    class Store(MemoryKV):
+        def close(self) -> None:
+            closed.append("closed")
+
+    kv = Store()
+    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc._changelog(0))
+    serve(svc, Failing(), f, kv)
+    svc._owned[0].writer._on_failure = svc._write_failed
+    opened: list[int] = []
+
+    async def reopen(p: int) -> None:
+        opened.append(p)
+
+    svc._open_retrying = reopen  # type: ignore[method-assign]
+    svc.running = True
+    await svc.handle_urls(0, EncodedUrlBatch(items=[encode(parse_input(b"http://c.test/2"))]), Event())
+    deadline = asyncio.get_running_loop().time() + 5
+    while not closed or svc._dropping:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+    await asyncio.gather(*svc._restoring.values())  # the opens started, run to their end
+    return opened
+
+
+@pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError._FATAL], ids=["fenced", "failed"])
+async def test_a_partition_the_group_still_assigns_here_is_opened_again_after_a_failed_commit(
+    code: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CI at 97c3203: f2 thawed, its old writers failed, and while the group moved partitions an
+    open of f1's that was under way took partition 3's transactional id after f2 had opened it
+    again under its new assignment. f2 dropped it as fenced ('another instance owns it now') and
+    nobody served it: 254 URLs never crawled. Fenced or failed, a partition the group still
+    assigns here is opened again; one it does not (revoked meanwhile) is not."""
+    settings = FrontierConfig(robots_obey=False, dispatch_lead=0.0)
+    svc = FrontierService(replace(Config(), frontier=settings), clock=lambda: 1000.0)
+    svc._assigned = {0}
+    assert await _failed_commit(svc, code, monkeypatch) == [0]
+    revoked = FrontierService(replace(Config(), frontier=settings), clock=lambda: 1000.0)
+    revoked._assigned = set()  # revoked before the failed store was closed
+    assert await _failed_commit(revoked, code, monkeypatch) == []
+
+
+async def test_the_assignment_is_what_the_group_said_last() -> None:
+    svc = FrontierService(Config(), clock=lambda: 1000.0)
+    svc._open_retrying = lambda p: asyncio.sleep(0)  # type: ignore[method-assign,assignment,return-value]
+    svc.on_assigned({1, 2})
+    await svc.on_revoked({2})
+    assert svc._assigned == {1}
+    svc.on_assigned({3})
+    assert svc._assigned == {3}
+    for task in list(svc._restoring.values()):
+        await task
+
+
 def test_a_second_instance_on_one_state_dir_refuses_in_one_line(tmp_path: Path) -> None:
     lock_state_dir(tmp_path, "app")
     lock_state_dir(tmp_path, "app")  # the same process again: fine

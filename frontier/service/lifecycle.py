@@ -1,7 +1,10 @@
 """A frontier instance's partitions as they come and go: opened (the writer fenced first, the
 store restored, retried with backoff while it fails and shown in status), closed with a clean
-marker at the last record the store holds, dropped when fenced or failed. A mixin of
-:class:`~frontier.service.service.FrontierService` (the attributes below are set there).
+marker at the last record the store holds, dropped when fenced or failed, and opened again if the
+group still assigns it here (a failed commit: rebuilt; fenced: a zombie took the partition's
+transactional id, e.g. an instance whose open was still under way when the partition was revoked
+from it, and is fenced back). A mixin of :class:`~frontier.service.service.FrontierService` (the
+attributes below are set there).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ log = logging.getLogger("frontier")
 
 OPEN_ATTEMPTS = 6  # tries to open a partition's store before the process gives up (exit, restarted)
 OPEN_BACKOFF = 1.0  # seconds before the second try, doubled each time (at most 30)
+RETAKE_AFTER = 1.0  # fenced while the group assigns it here: taken back after this (a rebalance settles)
 
 
 class Lifecycle:
@@ -41,6 +45,7 @@ class Lifecycle:
     _owned: dict[int, _Owned]
     _ready: dict[int, asyncio.Event]
     _restoring: dict[int, asyncio.Task[None]]
+    _assigned: set[int]
     _dropping: set[asyncio.Task[None]]
     _wake: asyncio.Event
 
@@ -51,6 +56,7 @@ class Lifecycle:
         raise NotImplementedError
 
     def on_assigned(self, partitions: set[int]) -> None:
+        self._assigned = set(partitions)
         for p in sorted(partitions):
             if p not in self._owned and p not in self._restoring:
                 self._restoring[p] = asyncio.ensure_future(self._open_retrying(p))
@@ -126,6 +132,7 @@ class Lifecycle:
             return 1 << 62
 
     async def on_revoked(self, partitions: set[int]) -> None:
+        self._assigned -= partitions  # (first: a write failing meanwhile must not open it again)
         for p in sorted(partitions):
             task = self._restoring.pop(p, None)
             if task is not None:
@@ -147,8 +154,14 @@ class Lifecycle:
                 self.standby.add(p)
 
     def _write_failed(self, failure: WriteFailed) -> None:
-        """A partition's commit failed: fenced (another instance owns it now: drop it), or else
-        (its store is ahead of the changelog: drop it and open it again, rebuilt)."""
+        """A partition's commit failed: its store holds writes the changelog does not, so it is
+        dropped (closed without a clean marker) and, while the group still assigns it here,
+        opened again, rebuilt. Fenced: another instance took the partition's transactional id. If
+        the group assigns it there, that instance owns it now; if the group still assigns it here,
+        the other is a zombie (an instance whose open was under way when the partition was
+        revoked from it, or that has not heard of the rebalance yet), and the partition is taken
+        back after ``RETAKE_AFTER`` (dropped for good, it would stay unserved until the next
+        rebalance)."""
         p = failure.partition
         owned = self._owned.pop(p, None)
         if owned is None:
@@ -159,7 +172,11 @@ class Lifecycle:
         async def drop() -> None:
             await owned.writer.close()
             owned.kv.close()  # no clean marker: a later open rebuilds it from the changelog
-            if not failure.fenced and self.running and p not in self._restoring:
+            if failure.fenced:
+                await asyncio.sleep(RETAKE_AFTER)
+            if self.running and p in self._assigned and p not in self._owned and p not in self._restoring:
+                if failure.fenced:
+                    log.warning("partition %d: fenced, but the group assigns it here: taking it back", p)
                 self._restoring[p] = asyncio.ensure_future(self._open_retrying(p))
 
         self._dropping.add(task := asyncio.ensure_future(drop()))
