@@ -311,9 +311,9 @@ def _found(st: ScopeState, now: float, fast: float, slow: float) -> ScopeState:
     size = float(st.bud_run_ok)
     # successes since the latest refusal (judged on one of them): the period may have turned
     # between that refusal and the first of them; they are the first of the turn's streak
-    streak = st.bud_streak if st.bud_last_ref >= 0 and st.bud_streak_at > st.bud_last_ref else 0
-    at = (st.bud_last_ref + st.bud_streak_at) / 2 if streak else st.bud_last_ref
-    span = st.bud_streak_at - st.bud_last_ref if streak else 0.0
+    streak = st.bud_streak if st.bud_streak_at > _last_refused(st) else 0
+    span = st.bud_streak_at - _last_refused(st) if streak else 0.0
+    at = _between(st)
     return _end_run(_rep(
         st, bud_mode=SPENT, bud_tested=False, bud_size=size, bud_refused=st.bud_run_at, bud_streak=streak,
         bud_streak_at=at, bud_turn_span=span,
@@ -344,7 +344,7 @@ def _spent(st: ScopeState, refused: bool, sent: float) -> ScopeState:
     # the last refused probe and this streak's first success are more than a quarter period apart
     # (a scope left idle meanwhile), the turn expected from it is the turn if it lies between them
     if st.bud_period > 0 and st.bud_seen >= 0 and span > st.bud_period / 4:
-        expected = st.bud_seen + round((at - st.bud_seen) / st.bud_period) * st.bud_period
+        expected = _nearest_turn(st.bud_seen, st.bud_period, at)
         at = expected if abs(expected - at) <= span / 2 else at
     period = _measured(st.bud_period, st.bud_seen, at)
     mode = PACING if period > 0 and st.bud_size > 0 else COUNTING
@@ -469,12 +469,17 @@ def _rephased(st: ScopeState, full: float) -> ScopeState:
     period = _measured(st.bud_period, st.bud_seen, at)
     size = min(st.bud_size, full) if full > 0 else st.bud_size
     # (the turn expected nearest to it: the period may have been advanced while the refusal was judged)
-    off = at - (st.bud_start + round((at - st.bud_start) / st.bud_period) * st.bud_period)
+    off = at - _nearest_turn(st.bud_start, st.bud_period, at)
     when = f"{abs(off):.1f} s {'later' if off > 0 else 'earlier'} than expected"
     return _rep(st, bud_start=at, bud_seen=at, bud_period=period, bud_size=size, bud_ok=st.bud_streak, bud_streak=0,
                 bud_exact=True, bud_fresh=False,
                 cause=f"the period turned {when}: budget ≈ {size:.0f} per {_span(period)}",
                 cause_kind=Cause.BUDGET)  # fmt: skip
+
+
+def _nearest_turn(turn: float, period: float, at: float) -> float:
+    """The turn nearest to ``at`` of a period of ``period`` seconds that turned at ``turn``."""
+    return turn + round((at - turn) / period) * period
 
 
 def _last_refused(st: ScopeState) -> float:
