@@ -63,10 +63,15 @@ async def test_a_gate_in_use_is_kept_and_an_idle_one_holds_no_lock_or_event() ->
         await poll(lambda: gate.users == 2, 5, "the second job at the gate")
         release.set()
         await asyncio.wait_for(asyncio.gather(first, second), 10)
-        assert len(arrivals) == 2 and arrivals[1] - arrivals[0] >= 0.3 - 0.01
+        assert len(arrivals) == 2
         assert worker.jobs.gates[HOST] is gate and gate.users == 0
         assert gate._lock is None and gate._idle is None, "an idle gate still holds its lock or event"
         assert gate.last_sent >= arrivals[0] - 1 and gate.last_end >= gate.last_sent
         assert worker.jobs.prune_gates(far) == 1 and HOST not in worker.jobs.gates
         await worker.jobs.publisher.settled()
-    assert sorted(fb.lease for fb in producer.feedback()) == ["A", "B"]
+    sent = {fb.lease: fb.sent_at for fb in producer.feedback()}
+    assert sorted(sent) == ["A", "B"]
+    # The gap is judged on the sends the worker recorded, not on the handler's clock reads: this server
+    # shares the worker's event loop, and on a loaded machine it ran the first handler 0.02 s after its
+    # request was sent (CI, b295142), so the arrivals' gap came out short while the sends' was 0.3 s.
+    assert sent["A"] > 0 and sent["B"] - sent["A"] >= 0.3 - 0.001, sent
