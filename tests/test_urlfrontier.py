@@ -15,6 +15,8 @@ from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings,
 from frontier.core.kv import MemoryKV
 from frontier.intake.urls import Rejection, parse_input
 from frontier.partition import PartitionFrontier
+from frontier.partition.keys import lease_key
+from frontier.partition.records import lease_dec
 from topics.schemas import ControlCommand, Feedback, Job, Query, UrlItem, decode, encode
 from workers.urlfrontier.mapping import (
     BadItem,
@@ -138,6 +140,73 @@ def test_a_held_lease_lasts_its_clients_time_then_the_url_is_handed_out_again() 
     again = jobs(f, T0 + 301)
     assert [j.item.url for j in again] == ["http://a.test/1"]
     assert f.stats.lost == 0, "a client's time running out is not a failure of the host"
+
+
+def test_a_client_takes_the_queues_first_url_as_it_stands_when_it_asks() -> None:
+    # the conformance suite's RightOrder, with its two URLs reaching the frontier apart: the one due
+    # now went out alone before the one due long ago arrived; when GetURLs takes it, the frontier
+    # holds it no longer, queues it again, and hands out the earlier one next
+    f = make()
+    f.ingest([item("http://key1.test/later", key="key1", refetch=T0)], T0)
+    [first] = jobs(f, T0)
+    assert first.item.url.endswith("/later")
+    f.ingest([item("http://key1.test/sooner", key="key1", refetch=T0 - 10_000)], T0 + 0.1)
+    assert not jobs(f, T0 + 0.2), "the key's one slot is out"
+    reply = change(f, "hold", T0 + 0.3, leases=[first.lease], until=T0 + 2)
+    assert reply.counts == {"held": 0} and reply.leases == []
+    assert ask(f, "stats", T0 + 0.3).counts["in_process"] == 0
+    order = []
+    now = T0 + 0.3
+    while len(order) < 2 and now < T0 + 30:
+        for job in jobs(f, now):
+            reply = change(f, "hold", now, leases=[job.lease], until=now + 2)
+            assert reply.leases == [job.lease], "the queue's first URL is held"
+            order.append(job.item.url)
+            done(f, job, now + 0.1)
+        now += 0.25
+    assert order == ["http://key1.test/sooner", "http://key1.test/later"]
+    # feedback for the job given back (the gateway hands it back) closes nothing
+    it = first.item
+    assert not f.feedback(Feedback(lease=first.lease, host=it.host, domain=it.domain, url=it.url, outcome="expired"),
+                          now)  # fmt: skip
+
+
+def test_urls_that_come_due_are_queued_in_the_order_they_came_due() -> None:
+    f = make()
+    f.ingest([item("http://a.test/new")], T0)  # discovered: due when queued
+    f.ingest([item(f"http://a.test/r{n}", refetch=T0 - 100 + n) for n in (3, 1, 2)], T0 + 1)
+    f.ingest([item("http://a.test/newer")], T0 + 2)
+    order = []
+    now = T0 + 2
+    while len(order) < 5 and now < T0 + 60:
+        for job in jobs(f, now):
+            order.append(job.item.url.rsplit("/", 1)[1])
+            done(f, job, now + 0.1)
+        now += 0.5
+    assert order == ["r1", "r2", "r3", "new", "newer"]
+
+
+def test_a_lease_coming_back_to_a_place_taken_meanwhile_moves_and_loses_nothing() -> None:
+    f = make()
+    f.ingest([item("http://a.test/1", refetch=T0 - 5)], T0)
+    [job] = jobs(f, T0)
+    raw = f.kv.get(lease_key(job.lease))
+    assert raw is not None
+    place = lease_dec.decode(raw).qkey
+    f._due_low -= 2  # the next due-time key of that millisecond is the one the leased URL had
+    f.ingest([item("http://a.test/2", refetch=T0 - 5)], T0 + 0.1)
+    f.dispatch(T0 + 0.1)  # moves /2 into the queue (the key's slot is out)
+    taken = f.kv.get(place)
+    assert taken is not None and b"/2" in taken, "the leased URL's place was given to another"
+    f.expire_leases(T0 + 1000)  # the lease comes back: its place is taken
+    got = []
+    now = T0 + 1000
+    while len(got) < 2 and now < T0 + 1060:
+        for j in jobs(f, now):
+            got.append(j.item.url)
+            done(f, j, now + 0.1)
+        now += 0.5
+    assert sorted(got) == ["http://a.test/1", "http://a.test/2"], got
 
 
 def test_a_url_not_handed_out_is_not_in_process() -> None:

@@ -530,4 +530,6 @@ class Reply(msgspec.Struct, kw_only=True, omit_defaults=True):
     queues: list[str] = msgspec.field(default_factory=list)
     urls: list[UrlRecord] = msgspec.field(default_factory=list)
     crawls: list[str] = msgspec.field(default_factory=list)
+    # hold: the leases held (the others had closed, or a URL of their queue came before them)
+    leases: list[str] = msgspec.field(default_factory=list)
     more: str = ""  # urls / queues: more follow; ask again with after = this

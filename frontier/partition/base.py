@@ -54,6 +54,7 @@ class PartitionBase:
         self._unreported: list[str] = []  # report leases whose page is not out yet
         self.inflight = 0
         self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see Queues._qkey
+        self._due_low = 0  # where the next due-time key looks for a free place (Queues._qkey_due)
         # lease ids: 64 random bits per incarnation + a counter (unique without uuid4's cost)
         self._lease_prefix = os.urandom(8).hex()
         self._lease_seq = 0

@@ -140,6 +140,12 @@ def queue_key(qid: QueueId, priority: int, seq: int) -> bytes:
     return queue_prefix(qid) + _PRIO.pack(prio, min(seq, 2**64 - 1))
 
 
+def queue_seq(key: bytes) -> int:
+    """The sequence of a queue entry's key."""
+    seq: int = _PRIO.unpack(key[-_PRIO.size :])[1]
+    return seq
+
+
 def entry_priority(key: bytes) -> int:
     """The priority of a queue entry's key."""
     prio: int = _PRIO.unpack(key[-_PRIO.size :])[0]

@@ -19,7 +19,7 @@ import msgspec
 from frontier.core import policy
 from frontier.core.retries import in_outage, retries_left
 from frontier.core.robots import origin
-from frontier.partition.keys import lease_key, queue_id, scope_queue
+from frontier.partition.keys import lease_key, queue_id, queue_of, queue_prefix, scope_queue
 from frontier.partition.records import REPORT_KINDS, Dispatch, Lease, Report, encoder, lease_dec, lease_raw_dec
 from frontier.partition.revisits import Revisits, learned
 from frontier.partition.robots import Robots
@@ -113,7 +113,7 @@ class Leases(Robots, Revisits):
         elif dropped is not None:
             self._end_dropped(item, fb.lease, fb.outcome, now, forgotten=dropped)
         elif fb.outcome == "expired":
-            self._enqueue(lease.qkey, item, now)  # back to where it was
+            self._enqueue_back(lease.qkey, item, now)  # back to where it was
             self.stats.returned += 1
         elif fb.outcome == "retry":
             # a failure while the whole host was already failing is the host's, not the URL's
@@ -165,6 +165,25 @@ class Leases(Robots, Revisits):
         self._put(key, encoder.encode(held))
         heapq.heappush(self._leases, (until, lease_id))
         return True
+
+    def hold_in_turn(self, lease_id: str, until: float, now: float) -> bool:
+        """A client is about to take the job (GetURLs): held as :meth:`hold`, unless a URL of its
+        queue now comes before it (due earlier, or of a higher priority: a client's known URL
+        due long ago that arrived after the job went out). Then the job goes back to its place
+        and its slot is free, so the queue's first URL is the one handed out next (False)."""
+        key = lease_key(lease_id)
+        raw = self.kv.get(key)
+        if raw is None:
+            return False
+        lease = lease_dec.decode(raw)
+        if lease.kind == "page" and lease.qkey and not lease.held_until:
+            head = self.kv.first(queue_prefix(queue_of(lease.qkey)))
+            if head is not None and head[0] < lease.qkey:
+                self._enqueue_back(lease.qkey, lease.item, now)
+                self.stats.returned += 1
+                self._end_lease(key, lease, now)
+                return False
+        return self.hold(lease_id, until)
 
     def _end_lease(self, key: bytes, lease: Lease[UrlItem], now: float) -> None:
         """Close a lease with no result and no signal (a client's time over, its URL deleted): its
@@ -223,7 +242,7 @@ class Leases(Robots, Revisits):
                 continue
             dropped = self._dropped_lease(lease.item.crawl, lease_id) if lease.kind == "page" else None
             if lease.held_until and dropped is None:  # its client did not answer in time: handed out again
-                self._enqueue(lease.qkey, lease.item, now)
+                self._enqueue_back(lease.qkey, lease.item, now)
                 self.stats.returned += 1
                 self._end_lease(key, lease, now)
                 expired += 1
@@ -242,7 +261,7 @@ class Leases(Robots, Revisits):
                     self.stats.completed += 1
                     self.stats.failed += 1
                 else:
-                    self._enqueue(lease.qkey, item, now)
+                    self._enqueue_back(lease.qkey, item, now)
                     self._reopen(item, now)
             for scope in lease.scopes:
                 self._apply(scope, policy.Lost(), now)

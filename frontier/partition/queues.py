@@ -21,19 +21,45 @@ from frontier.partition.keys import (
     queue_of,
     queue_prefix,
     queue_scopes,
+    queue_seq,
 )
 from frontier.partition.records import encoder, item_dec
 from frontier.partition.seen import SeenSet
 from topics.schemas import UrlItem
+
+_LOW = 2**20 - 1  # the sequence's bits under the millisecond
+_TRIES = 64  # free due-time places looked for in one millisecond before a key goes to the tail
 
 
 class Queues(SeenSet):
     def _qkey(self, qid: QueueId, item: UrlItem, now: float) -> bytes:
         # FIFO within a priority: the sequence is milliseconds since the epoch times 2**20, plus
         # a counter. It never goes back within a process, survives restarts (the clock moved on),
-        # and stays within 64 bits until the year 2500 (no wrap that would flip the order).
-        self._seq = max(self._seq + 1, int(max(0.0, now) * 1000) << 20)
+        # and stays within 64 bits until the year 2500 (no wrap that would flip the order). It is
+        # even: odd sequences are the due-time keys (_qkey_due), so the two never meet.
+        self._seq = max(self._seq + 2, int(max(0.0, now) * 1000) << 20) & ~1
         return queue_key(qid, item.priority, self._seq)
+
+    def _qkey_due(self, qid: QueueId, item: UrlItem, due: float) -> bytes:
+        """A key that sorts ``item`` by the time it became due (a revisit, a client's known URL):
+        before the URLs queued since, after those queued before. Its sequence is the due
+        millisecond times 2**20 plus an odd number not in use there (queued: looked up; leased:
+        a lease coming back to a place taken meanwhile moves, :meth:`_enqueue_back`)."""
+        base = int(max(0.0, due) * 1000) << 20
+        for _ in range(_TRIES):
+            self._due_low = (self._due_low + 2) & _LOW
+            qkey = queue_key(qid, item.priority, base | self._due_low | 1)
+            if self.kv.get(qkey) is None:
+                return qkey
+        return self._qkey(qid, item, due)  # that millisecond is crowded: after everything queued
+
+    def _enqueue_back(self, qkey: bytes, item: UrlItem, now: float) -> None:
+        """A leased URL back at the place it had (its order kept), or at a free place in the
+        same millisecond when a due-time key took that place while it was out. (An even key
+        is never given twice, so only an odd one can be taken.)"""
+        if self.kv.get(qkey) is not None:
+            qkey = self._qkey_due(queue_of(qkey), item, (queue_seq(qkey) >> 20) / 1000)
+        self._enqueue(qkey, item, now)
 
     def _enqueue(self, qkey: bytes, item: UrlItem, now: float, raw: bytes | None = None) -> None:
         """Queue ``item`` at ``qkey``; ``raw``: its encoding when the caller has it."""

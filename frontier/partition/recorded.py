@@ -127,8 +127,8 @@ class Recorded(Leases):
         """A deletion (the queue's URLs, ``key``, the whole crawl's, or with ``purge`` those first
         recorded before ``until``) or a hold (leases handed out to a client until ``until``)."""
         if query.kind == "hold":
-            held = sum(1 for lease in query.leases if self.hold(lease, query.until))
-            return Reply(id=query.id, partition=self.partition, counts={"held": held})
+            held = [lease for lease in query.leases if self.hold_in_turn(lease, query.until, now)]
+            return Reply(id=query.id, partition=self.partition, counts={"held": len(held)}, leases=held)
         if query.kind == "delete_crawl":
             removed = self._delete_crawl(query.crawl, now)
         elif query.kind == "purge":  # recorded before ``until``

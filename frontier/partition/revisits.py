@@ -65,7 +65,9 @@ class Revisits(Scopes):
                 self._delete(key)  # forgotten, or re-queued by a recrawl since: this chain ends here
                 continue
             qid = queue_id(self.scopes_of(item), item.crawl)
-            self._enqueue(self._qkey(qid, item, now), item, now, raw)  # queued before the V entry goes
+            # in the order they became due (a client's known URL may be due long before it came):
+            # queued before the V entry goes
+            self._enqueue(self._qkey_due(qid, item, due), item, now, raw)
             self._put(entry_key, seen_value(SEEN_OPEN, now))
             self._delete(key)
             self.stats.revisits += 1

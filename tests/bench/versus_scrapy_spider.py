@@ -53,6 +53,7 @@ PROJECT = Path(__file__).resolve().parents[2] / "workers" / "examples" / "scrapy
 BENCH = "versus_scrapy_spider"
 # what the add-on says in a process's log (absent from the plain Scrapy run)
 ADDON_LINES = re.compile(r"crawl-frontier add-on:|on the frontier at |workers\.scrapy")
+NOT_DONE = re.compile(r"crawl .* not done: (.*)")
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,8 @@ def crawl(run: Run, fleet: BookshopFleet, workdir: Path, stack: Stack | None, ti
         "spider_error_lines": sum(text.count(" ERROR: ") for text in logs.values()),
         "retries_given_up": sum(given_up),  # plain Scrapy's RetryMiddleware (off with the add-on)
         "frontier_error_lines": sum(1 for line in frontier_log.splitlines() if "ERROR" in line),
+        # what each process last said keeps its crawl open (the add-on says it every 30 s while waiting)
+        "last_not_done": [m[-1][:300] if (m := NOT_DONE.findall(text)) else "" for text in logs.values()],
     }
 
 

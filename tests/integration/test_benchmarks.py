@@ -45,9 +45,10 @@ def test_benchmark_runs(bootstrap: str, bench: str) -> None:
         totals = [f for f in figures if f.get("kind") == "total"]
         assert [f["run"] for f in totals] == ["scrapy", "frontier-1", "frontier-3"], totals
         for f in totals:  # each run to completion: the spiders closed by themselves, every book an item
-            assert f["all_exited"] and f["exit_codes"] == [0] * f["processes"], f
-            assert f["finish_reasons"] == ["finished"] * f["processes"], f
-            assert f["items_expected"] > 0 and f["items_missing"] == f["items_unexpected"] == 0, f
+            said = json.dumps(f, sort_keys=True)  # whole (pytest would shorten the dict)
+            assert f["all_exited"] and f["exit_codes"] == [0] * f["processes"], said
+            assert f["finish_reasons"] == ["finished"] * f["processes"], said
+            assert f["items_expected"] > 0 and f["items_missing"] == f["items_unexpected"] == 0, said
         assert totals[0]["addon_log_lines"] == 0 and all(f["addon_log_lines"] > 0 for f in totals[1:]), totals
         ours = [f for f in figures if f["bench"] == bench and f["run"].startswith("frontier")]
         assert len(ours) == 2 * 10, ours  # 9 kinds and a total, per run

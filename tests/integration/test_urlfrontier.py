@@ -17,6 +17,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -24,7 +25,7 @@ import grpc
 from deploy.kafka import free_port
 from frontier.demo.stack import Stack, TopicReader, read_rejected, wait_until
 from tests.integration.hidden_sites import HiddenLimitFleet, Limits
-from tests.integration.urlfrontier_client import Crawler, discovered, put, stub
+from tests.integration.urlfrontier_client import Crawler, discovered, known, put, stub
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,8 +70,29 @@ def test_the_conformance_suite_passes_against_the_gateway(bootstrap: str, tmp_pa
         assert run.returncode == 0, "\n".join(summary) + "\n" + run.stdout[-3000:] + stack.log("gateway")[-3000:]
         assert "Tests run: 7, Failures: 0, Errors: 0, Skipped: 0" in run.stdout, "\n".join(summary)
         bad_input_gets_clear_answers(stack, port)
+        a_queue_is_handed_out_in_its_order_when_asked(port)
     finally:
         stack.stop_all()
+
+
+def a_queue_is_handed_out_in_its_order_when_asked(port: int) -> None:
+    """The suite's RightOrder with its two URLs apart in the put stream (as a client's updates
+    come): the one due now reaches the frontier first and goes out alone; GetURLs, asked after the
+    stream ended, still gets the one due long before."""
+    client = stub(port)
+    got = []
+    for n in range(3):
+        key = f"order{n}.test"
+
+        def items(key: str = key) -> Iterator[pb.URLItem]:
+            yield known(pb.URLInfo(url=f"http://{key}/later", key=key), int(time.time()), {})
+            time.sleep(0.3)  # the client's pace, not a wait for the frontier: the first URL goes out alone
+            yield known(pb.URLInfo(url=f"http://{key}/sooner", key=key), int(time.time()) - 10_000, {})
+
+        assert len(list(client.PutURLs(items(), timeout=60))) == 2
+        params = pb.GetParams(key=key, max_urls_per_queue=1, delay_requestable=2)
+        got.append([u.url for u in client.GetURLs(params, timeout=30)])
+    assert all(urls[:1] == [f"http://order{n}.test/sooner"] for n, urls in enumerate(got)), got
 
 
 def bad_input_gets_clear_answers(stack: Stack, port: int) -> None:

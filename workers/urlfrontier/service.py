@@ -47,7 +47,7 @@ from workers.urlfrontier.mapping import (
     queue_key,
     submission,
 )
-from workers.urlfrontier.pool import CrawlPool, Pools, TooManyCrawls
+from workers.urlfrontier.pool import CrawlPool, Pools, TooManyCrawls, job_key
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
 from workers.urlfrontier.proto import urlfrontier_pb2_grpc as pbg
 from workers.urlfrontier.queries import Asker, Unanswered, new_query
@@ -60,6 +60,7 @@ MAX_HOLD = 3600.0  # seconds a GetURLs' delay_requestable holds a URL at most
 In = TypeVar("In")
 Out = TypeVar("Out")
 LIST_PAGE = 500  # URL records asked of a partition at a time
+_Sent = tuple[LeasedJob, pb.URLInfo]  # a job handed to the client, as it was sent
 
 
 class Gateway(pbg.URLFrontierServicer):
@@ -246,11 +247,13 @@ class Gateway(pbg.URLFrontierServicer):
                 if pool.failure is not None:
                     await context.abort(grpc.StatusCode.UNAVAILABLE, f"crawl {pool.crawl!r}: {pool.failure}")
             taken: list[tuple[CrawlPool, LeasedJob]] = []
+            trial = dict(counts)  # what the call sends counts; a job not held goes back, uncounted
             for pool in pools:  # the call's budget over every crawl it serves
-                taken += [(pool, job) for job in pool.take(key, per_queue, queues, budget - sent - len(taken), counts)]
+                taken += [(pool, job) for job in pool.take(key, per_queue, queues, budget - sent - len(taken), trial)]
             if taken:
-                async for info in self._hand_out(taken, delay, context):
+                async for job, info in self._hand_out(taken, delay, context):
                     sent += 1
+                    counts[job_key(job)] = counts.get(job_key(job), 0) + 1
                     yield info
                 deadline = max(deadline, started + self.cfg.urlfrontier.get_stream)
                 continue
@@ -265,7 +268,7 @@ class Gateway(pbg.URLFrontierServicer):
                 p.arrived.clear()
 
     async def _hand_out(self, taken: list[tuple[CrawlPool, LeasedJob]], delay: float,
-                        context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.URLInfo]:  # fmt: skip
+                        context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[_Sent]:  # fmt: skip
         until = time.time() + delay
         held: set[str] = set()
         out: set[str] = set()  # leases sent to the client
@@ -283,7 +286,7 @@ class Gateway(pbg.URLFrontierServicer):
                 info = pb.URLInfo(url=item.url, key=item.key or queue_key(item.url, ""), crawlID=api_crawl(item.crawl),
                                   metadata=_metadata(item.meta))  # fmt: skip
                 out.add(job.job.lease)
-                yield info
+                yield job, info
         finally:
             # taken but not sent (the client went away, a failure): back to the frontier unless held
             # (a held lease comes back when its hold ends, at most MAX_HOLD later)
@@ -295,18 +298,25 @@ class Gateway(pbg.URLFrontierServicer):
 
     async def _hold(self, jobs: list[LeasedJob], until: float, context: grpc.aio.ServicerContext[Any, Any]) -> set[str]:
         """Tell each job's partition that it is in a client's hands until ``until``, on
-        crawl.control (so a question sent after GetURLs sees it held); the leases held."""
+        crawl.control (so a question sent after GetURLs sees it held); the leases held. A lease the
+        partition did not hold was closed meanwhile, or a URL of its queue now comes first (the
+        partition queued the job again): it is not handed out, and the queue's first URL comes next."""
         by_partition: dict[int, list[str]] = {}
         for job in jobs:
             by_partition.setdefault(partition_of(job.item, self.cfg.topics.partitions), []).append(job.job.lease)
 
         async def hold(p: int, leases: list[str]) -> list[str]:
             try:
-                await self.asker.ask(new_query("hold", leases=leases, until=until), [p])
+                replies = await self.asker.ask(new_query("hold", leases=leases, until=until), [p])
             except Exception as exc:  # noqa: BLE001 - not held: not handed out
                 log.warning("hold of %d URL(s) not confirmed by partition %d: %s", len(leases), p, exc)
                 return []
-            return leases
+            reply = replies.get(p)
+            if reply is None:
+                return []
+            if reply.counts.get("held", 0) != len(reply.leases):  # a frontier that does not name them
+                return leases
+            return [lease for lease in leases if lease in set(reply.leases)]
 
         done = await asyncio.gather(*(hold(p, leases) for p, leases in by_partition.items()))
         return {lease for leases in done for lease in leases}
