@@ -327,3 +327,70 @@ def test_a_scope_left_idle_while_spent_keeps_its_phase_and_guesses_no_period() -
     assert known.bud_start == pytest.approx(T0 + 15.0, abs=1e-6) and known.bud_period == 60.0
     assert unknown.bud_mode == budget.COUNTING and unknown.bud_guess == 0.0
     assert unknown.bud_start == pytest.approx(T0 + 29.0, abs=1e-6)
+
+
+def _probe_run_that_ends_at_once(limit: float = 0.765, probe: float = 0.323) -> ScopeState:
+    """Watching: the adaptation probes at ``probe`` s, faster than its learned ``limit``; 30 went
+    through, then refusals (the budget's edge) while it slows down, then successes at once (a
+    turn, at about the slowed pace)."""
+    state = ScopeState(limit=limit, bud_ok=30)
+    answers = [(True, 0.0, probe), (True, 0.49, 0.485), (False, 1.2, 0.73), (False, 1.85, 0.65),
+               (True, 2.45, 0.6), (True, 3.35, 0.9), (False, 4.7, 1.35), (False, 5.9, 1.2), (False, 7.0, 1.1),
+               (False, 8.05, 1.05)]  # fmt: skip
+    for refused, at, gap in answers:
+        state, _ = budget.on_response(state, refused, T0 + at, T0 + at + 0.02, gap, gap)
+    return state
+
+
+def test_refusals_that_end_at_once_after_a_probe_faster_than_the_limit_are_tested_at_the_probes_pace() -> None:
+    """The rate that went through before the refusals was the probe's, not the learned limit's:
+    refusals at half of it, then successes at once, are a turn to test (THROTTLING.md v3 §6), and
+    the test goes at that pace. Seen end to end (the 3/s bucket site of test_budgets.py): with the
+    limit as the rate before, no test came, and the adaptation's slower limit outlived the period."""
+    state = _probe_run_that_ends_at_once()
+    assert budget.testing(state) and state.bud_test_left == budget.TEST
+    assert delay(msgspec.structs.replace(state, at_delay=0.05), DEFAULTS) == pytest.approx(0.323)
+    for n in range(budget.TEST):
+        state = budget.on_sent(state, T0 + 8.1 + 0.33 * n)
+    for n in range(budget.TEST):
+        state, _ = budget.on_response(state, False, T0 + 8.1 + 0.33 * n, T0 + 8.2 + 0.33 * n, 0.33, 0.33)
+    assert state.bud_mode == budget.COUNTING and state.bud_size == 30.0 and state.limit == 0.765
+    # a probe no faster than the limit: refusals at 0.9 s are not half the rate (1.53 s) of the 0.765 s limit
+    assert not budget.testing(_probe_run_that_ends_at_once(limit=0.765, probe=0.8))
+
+
+def test_a_refused_test_hides_its_burst_from_the_adaptation_and_the_next_runs_go_untested() -> None:
+    """A rate limit refuses the test's burst at the probe's pace: that refusal, and those of
+    requests sent before it came, are the test's (not a rate for the adaptation to learn); the next
+    two runs are not tested (four after a second refused test...), so a token bucket is not tested
+    over and over."""
+    state = _probe_run_that_ends_at_once()
+    for n in range(budget.TEST):
+        state = budget.on_sent(state, T0 + 8.1 + 0.33 * n)
+    state, theirs = budget.on_response(state, False, T0 + 8.1, T0 + 8.2, 0.33, 0.33)
+    assert not theirs
+    state, theirs = budget.on_response(state, True, T0 + 8.43, T0 + 8.5, 0.33, 0.33)
+    assert theirs and not budget.testing(state) and state.bud_run_at < 0
+    assert state.bud_test_fails == 1 and state.bud_test_skip == 2
+    after, theirs = budget.on_response(state, True, T0 + 8.45, T0 + 8.55, 0.33, 0.33)  # sent before it came
+    assert theirs and after == state
+    later, theirs = budget.on_response(state, True, T0 + 9.5, T0 + 9.6, 0.5, 0.5)  # a new run: the adaptation's
+    assert not theirs and later.bud_run_at == T0 + 9.5 and later.bud_test_skip == 1
+
+
+def test_the_end_to_end_bucket_sites_periods_are_used_whatever_its_phase() -> None:
+    """tests/integration/test_budgets.py's third site (30 a period of 20 s without refusal, a 3/s
+    bucket on top) entered at 20 phases of its period, at 20 and 50 ms latency: each period judged
+    (after the first two whole ones) uses at least 80 % of its refusal-free count, and at most 2 of
+    the 160 under 90 % (before the probe's pace was the rate tested: 9, down to 70 %)."""
+    used: list[float] = []
+    for latency in (0.02, 0.05):
+        for i in range(20):
+            phase = i * 0.05
+            site = sites.StagedQuota(name="b", latency=latency, quota=60, window=20.0, phase=phase * 20.0, rate=3.0,
+                                     every=True, burst=3.0)  # fmt: skip
+            simulate(site, DEFAULTS, duration=20.0 * (8 - phase), warmup=0.0)
+            ks = sorted(site.periods)
+            used += [site.periods.get(k, [0, 0])[0] / site.free for k in range(ks[0] + 3, ks[-1])]
+    assert len(used) == 160
+    assert min(used) >= 0.8 and sum(u < 0.9 for u in used) <= 2, sorted(used)[:12]

@@ -17,13 +17,15 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
   least half of the four answers before four successes in a row were refused (a refusal that
   announced a window does not count: a bucket refills meanwhile), the successes came at most
   ``TURN_GAP`` times the last refusal's interval apart, the refusals went on at half the rate
-  that went through before the run or slower, and at most ``TEST_INFLIGHT`` requests are in
-  flight. Then ``TEST`` requests go at the limit the adaptation had before the run (never under
-  the scope's delay, AutoThrottle's, a Crawl-delay or a spread; the floor when none was learned):
-  a budget fresh from its turn lets them through (the period turned: **counting**, the adaptation
-  put back as it was before the run), a rate limit that just refused does not (one refusal, not
-  the adaptation's: the run ends). A test whose answer never comes (a 5xx, a lost job) ends when
-  a later request is answered. A period counted from a tested turn that lets twice its budget
+  that went through before the run or slower (the adaptation's limit then, or the faster pace it
+  was probing at), and at most ``TEST_INFLIGHT`` requests are in flight. Then ``TEST`` requests
+  go at that pace (never under the scope's delay, AutoThrottle's, a Crawl-delay or a spread; the
+  floor when none was learned): a budget fresh from its turn lets them through (the period
+  turned: **counting**, the adaptation put back as it was before the run), a rate limit that just
+  refused does not (one refusal, not the adaptation's, nor are refusals of requests sent before
+  it came: the run ends, and after ``n`` refused tests in a row the next ``2**n`` runs are not
+  tested). A test whose answer never comes (a 5xx, a lost job) ends when a later request is
+  answered. A period counted from a tested turn that lets twice its budget
   through had none. A refusal after ``RUN_NEW`` successes in a row begins a new run.
 - **spent**: the period's budget is gone. Only probes go out, at a growing interval (1/32 of the
   time since the refusals began, 1 s to an hour, 1/32 of the period once it is known), the next
@@ -98,6 +100,7 @@ FULL = 0.9  # a period that used this share of its budget tells whether more wou
 TURN_RUN, TURN_LONG, TURN_GAP = 4, 4, 1.5
 TEST = 4  # such a turn is tested with this many requests at the limit before the run: all must pass...
 TEST_INFLIGHT = 2  # ...only while at most this many requests are in flight
+TEST_BACKOFF = 6  # after n tests refused in a row, the next 2**n runs (at most 2**6) are not tested
 
 
 NO_TEST: dict[str, object] = {"bud_test_left": 0, "bud_test_at": -1.0, "bud_test_end": -1.0, "bud_test_n": 0}
@@ -181,8 +184,8 @@ def on_sent(state: ScopeState, at: float) -> ScopeState:
 
 
 def testing(state: ScopeState) -> bool:
-    """Whether the scope sends test requests now, at the limit it had before the refusals (see
-    :func:`_test_answer`)."""
+    """Whether the scope sends test requests now, at the pace that went through before the
+    refusals (see :func:`went_through`, :func:`_test_answer`)."""
     return state.bud_test_left > 0
 
 
@@ -193,9 +196,11 @@ def on_response(
     is the scope's delay and ``gap`` its sending interval before this response. Returns the
     state and whether the refusal is the budget's (the adaptation must not take it as a rate)."""
     mode = state.bud_mode
+    if refused and sent < state.bud_test_over:  # sent at a refused test's pace: its burst's, not a rate to learn
+        return state, True
     if state.bud_test_at >= 0 and sent >= state.bud_test_at:
         if state.bud_test_end < 0 or sent <= state.bud_test_end:
-            return _test_answer(state, refused)
+            return _test_answer(state, refused, now)
         state = _rep(state, **NO_TEST)  # a later request answered first: a test answer never came (5xx, lost)
     if mode == SPENT:  # probes sent slowly tell nothing about the rate: the adaptation is left as it was
         return _spent(state, refused, sent), True
@@ -224,7 +229,7 @@ def _watching(
         st = _rep(st, bud_streak_at=sent)
     # (with many requests in flight, answers interleave by arrival: a short burst tells nothing)
     if (st.bud_run_at >= 0 and st.bud_streak == TURN_LONG and st.bud_test_left == 0 and st.bud_test_at < 0
-            and st.bud_run_ok >= 2 * TEST
+            and st.bud_run_ok >= 2 * TEST and st.bud_test_skip == 0
             and st.inflight <= TEST_INFLIGHT and _turned(st, sent)):  # fmt: skip
         # refusals that ended at once: a period's turn, or a rate limit's? A budget fresh from its
         # turn lets a burst through; a rate limit that just refused does not
@@ -234,8 +239,8 @@ def _watching(
             return st, False
         # a run begins (a refusal after RUN_NEW successes in a row begins a new one): remember what
         # the period let through and what the adaptation knew before it
-        return _rep(st, bud_run_at=sent, bud_run_ok=state.bud_ok, bud_run_gap=gap, bud_n1=1, bud_r1=1,
-                    bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_limit0=st.limit,
+        return _rep(st, bud_run_at=sent, bud_run_ok=state.bud_ok, bud_run_gap=gap, bud_gap0=current, bud_n1=1, bud_r1=1,
+                    bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_limit0=st.limit, bud_test_skip=max(0, st.bud_test_skip - 1),
                     bud_backoff0=st.backoff), False  # fmt: skip
     if sent < st.bud_run_at:
         return st, False
@@ -271,15 +276,25 @@ def _turned(st: ScopeState, sent: float) -> bool:
     a window is none of them (a bucket refills meanwhile)."""
     before = (st.bud_hist >> TURN_LONG) & ((1 << TURN_RUN) - 1)
     mean = (sent - st.bud_streak_at) / (TURN_LONG - 1)
-    slowed = st.bud_ref_gap >= 2 * st.bud_limit0  # refused at half the rate that went through before, or slower
+    slowed = st.bud_ref_gap >= 2 * went_through(st)  # refused at half the rate that went through before, or slower
     return bin(before).count("1") * 2 >= TURN_RUN and 0 < mean <= TURN_GAP * st.bud_ref_gap and slowed
 
 
-def _test_answer(st: ScopeState, refused: bool) -> tuple[ScopeState, bool]:
+def went_through(st: ScopeState) -> float:
+    """The interval that went through before the run: the adaptation's limit then, or the one it
+    was sending at when it probed faster than that limit (a test goes at it: a rate limit refuses
+    it again once its burst is gone, a budget fresh from its turn does not)."""
+    return min(st.bud_limit0, st.bud_gap0) if st.bud_gap0 > 0 else st.bud_limit0
+
+
+def _test_answer(st: ScopeState, refused: bool, now: float) -> tuple[ScopeState, bool]:
     """An answer to a test request: a refusal ends the test (a rate limit: the adaptation does not
-    take it, the burst was the test's); ``TEST`` successes say the period turned."""
-    if refused:
-        return _end_run(_rep(st, **NO_TEST, bud_streak=0)), True
+    take it, nor a refusal of a request sent before it came: the burst was the test's); ``TEST``
+    successes say the period turned."""
+    if refused:  # a rate limit: the next runs are not tested (fewer and fewer of them, as tests keep failing)
+        fails = st.bud_test_fails + 1
+        return _end_run(_rep(st, **NO_TEST, bud_streak=0, bud_test_fails=fails, bud_test_over=now,
+                             bud_test_skip=2 ** min(fails, TEST_BACKOFF))), True  # fmt: skip
     st = _rep(st, bud_test_n=st.bud_test_n + 1, bud_ok=st.bud_ok + 1, bud_streak=st.bud_streak + 1)
     if st.bud_test_n < TEST:
         return st, False
@@ -296,7 +311,7 @@ def _turn_seen(st: ScopeState) -> ScopeState:
     return _end_run(_rep(
         st, bud_mode=COUNTING, bud_size=size, bud_start=at, bud_ok=st.bud_streak, bud_refused=-1.0, bud_streak=0,
         bud_period_was=st.bud_period, bud_fresh=True, bud_exact=True, limit=st.bud_limit0, backoff=st.bud_backoff0,
-        sig_sent=-1.0, sig_ok=0, bud_tested=True, bud_guess=guess,
+        sig_sent=-1.0, sig_ok=0, bud_tested=True, bud_guess=guess, bud_test_fails=0, bud_test_skip=0,
         cause=f"refusals ended at once and a burst went through: a period turned; budget ≈ {size:.0f} a period{said}",
         cause_kind=Cause.BUDGET,
     ))  # fmt: skip

@@ -118,7 +118,7 @@ def delay(state: ScopeState, s: ScopeSettings) -> float:
     """The scope's current gap between two sends (before jitter)."""
     d = current_at_delay(state, s) if s.autothrottle.enabled else base_delay(state, s)
     if budget.testing(state):  # a few requests at the limit before the refusals tell a budget's turn from a rate limit
-        d = max(d, floor(state, s), state.bud_limit0)
+        d = max(d, floor(state, s), budget.went_through(state))
     elif state.backoff > d:
         d = state.backoff
     if state.trouble > d:  # (a test, too, goes at a troubled server's pace)
