@@ -123,3 +123,31 @@ async def test_a_write_on_a_producer_gone_fatal_fails_the_partition_not_the_inst
     writer.write("jobs", b"job", b"host")  # later writes go nowhere, said once
     assert len(failures) == 1
     assert await writer.close() is None
+
+
+class FencedWhileFlushing(Fenced):
+    """What CI saw at e117264 (test_fencing, on the broker): the fatal error raised while a purged
+    record's delivery callback was to run, surfacing from the callback as a SystemError."""
+
+    def flush(self, timeout: float) -> int:
+        fatal = KafkaException(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+        raise SystemError("<method 'offset'> returned a result with an exception set") from fatal
+
+
+class BrokenFlush(Recorder):
+    def flush(self, timeout: float) -> int:
+        raise SystemError("not a fenced producer's")
+
+
+async def test_a_fenced_writer_closes_whatever_its_flush_raises_for_the_fatal_error() -> None:
+    failures: list[WriteFailed] = []
+    writer = PartitionWriter(FencedWhileFlushing(), "state", 2, applied=10, on_failure=failures.append)
+    await writer.start()
+    writer.write("state", b"v", b"k", 2)
+    writer.commit()
+    await until(lambda: failures)
+    assert await writer.close() is None and failures[0].fenced
+    other = PartitionWriter(BrokenFlush(), "state", 2, applied=10)
+    await other.start()
+    with pytest.raises(SystemError):  # any other SystemError is a bug to see, not a release to hide
+        await other.close()
