@@ -362,8 +362,9 @@ def test_refusals_that_end_at_once_after_a_probe_faster_than_the_limit_are_teste
 def test_a_refused_test_hides_its_burst_from_the_adaptation_and_the_next_runs_go_untested() -> None:
     """A rate limit refuses the test's burst at the probe's pace: that refusal, and those of
     requests sent before it came, are the test's (not a rate for the adaptation to learn); the next
-    two runs are not tested (four after a second refused test...), so a token bucket is not tested
-    over and over."""
+    run is not tested (three after a second refused test, 2**n - 1 after n), so a token bucket is
+    not tested over and over. A refused test at a time ahead of this clock (a previous owner's
+    clock ran ahead) hides nothing."""
     state = _probe_run_that_ends_at_once()
     for n in range(budget.TEST):
         state = budget.on_sent(state, T0 + 8.1 + 0.33 * n)
@@ -376,6 +377,9 @@ def test_a_refused_test_hides_its_burst_from_the_adaptation_and_the_next_runs_go
     assert theirs and after == state
     later, theirs = budget.on_response(state, True, T0 + 9.5, T0 + 9.6, 0.5, 0.5)  # a new run: the adaptation's
     assert not theirs and later.bud_run_at == T0 + 9.5 and later.bud_test_skip == 1
+    ahead = msgspec.structs.replace(state, bud_test_over=T0 + 100.0)
+    _, theirs = budget.on_response(ahead, True, T0 + 9.0, T0 + 9.1, 0.5, 0.5)
+    assert not theirs, "a refusal is hidden only by a test refused before now"
 
 
 def test_the_end_to_end_bucket_sites_periods_are_used_whatever_its_phase() -> None:

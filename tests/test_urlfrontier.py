@@ -16,7 +16,7 @@ from frontier.core.kv import MemoryKV
 from frontier.intake.urls import Rejection, parse_input
 from frontier.partition import PartitionFrontier
 from frontier.partition.keys import lease_key
-from frontier.partition.records import lease_dec
+from frontier.partition.records import item_dec, lease_dec
 from topics.schemas import ControlCommand, Feedback, Job, Query, UrlItem, decode, encode
 from workers.urlfrontier.mapping import (
     BadItem,
@@ -207,6 +207,42 @@ def test_a_lease_coming_back_to_a_place_taken_meanwhile_moves_and_loses_nothing(
             done(f, j, now + 0.1)
         now += 0.5
     assert sorted(got) == ["http://a.test/1", "http://a.test/2"], got
+
+
+def test_a_crowded_due_millisecond_after_a_restart_overwrites_no_queued_url() -> None:
+    # a new instance (its monotonic sequence from 0) queues revisits due in a millisecond whose
+    # due-time places are all taken and where a URL was also queued when it was put: the fallback
+    # place is a free one, not that URL's
+    kv = MemoryKV()
+    f = make(kv)
+    f.ingest([item("http://a.test/put")], T0)  # its place: T0's millisecond (an even sequence)
+    f.ingest([item(f"http://a.test/r{n}", refetch=T0) for n in range(70)], T0)
+    f._requeue_revisits(T0)  # due now: queued, by their due time
+    again = make(kv)  # restored from the same store: its sequences start from 0
+    again.rebuild(T0 + 1)
+    again.ingest([item(f"http://a.test/s{n}", refetch=T0) for n in range(70)], T0 + 1)
+    again._requeue_revisits(T0 + 1)
+    urls = queued_urls(again)
+    assert len(urls) == len(set(urls)) == 141, f"{141 - len(set(urls))} queued URLs overwritten"
+    assert again.queued() == 141
+
+
+def test_a_lease_of_a_dropped_crawl_is_not_queued_again_by_a_clients_take() -> None:
+    # its crawl dropped while the job is out, then a URL of its queue due earlier: the take does
+    # not put the dropped URL back in the queue (its drop ends it when the lease does)
+    f = make()
+    f.ingest([item("http://a.test/1", crawl="c1")], T0)
+    [job] = jobs(f, T0)
+    f.control(ControlCommand(action="drop", crawl="c1"), T0 + 0.1)
+    f.ingest([item("http://a.test/0", refetch=T0 - 100, crawl="c1")], T0 + 0.2)
+    f.dispatch(T0 + 0.2)  # /0 is queued (the slot is out)
+    assert "http://a.test/0" in queued_urls(f)
+    change(f, "hold", T0 + 0.3, leases=[job.lease], until=T0 + 2)
+    assert "http://a.test/1" not in queued_urls(f), "a dropped crawl's URL came back"
+
+
+def queued_urls(f: PartitionFrontier) -> list[str]:
+    return [item_dec.decode(raw).url for _, raw in f.kv.scan(b"Q")]
 
 
 def test_a_url_not_handed_out_is_not_in_process() -> None:

@@ -23,8 +23,8 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
   floor when none was learned): a budget fresh from its turn lets them through (the period
   turned: **counting**, the adaptation put back as it was before the run), a rate limit that just
   refused does not (one refusal, not the adaptation's, nor are refusals of requests sent before
-  it came: the run ends, and after ``n`` refused tests in a row the next ``2**n`` runs are not
-  tested). A test whose answer never comes (a 5xx, a lost job) ends when a later request is
+  it came: the run ends, and after ``n`` refused tests in a row the next ``2**n - 1`` runs are
+  not tested). A test whose answer never comes (a 5xx, a lost job) ends when a later request is
   answered. A period counted from a tested turn that lets twice its budget
   through had none. A refusal after ``RUN_NEW`` successes in a row begins a new run.
 - **spent**: the period's budget is gone. Only probes go out, at a growing interval (1/32 of the
@@ -100,7 +100,7 @@ FULL = 0.9  # a period that used this share of its budget tells whether more wou
 TURN_RUN, TURN_LONG, TURN_GAP = 4, 4, 1.5
 TEST = 4  # such a turn is tested with this many requests at the limit before the run: all must pass...
 TEST_INFLIGHT = 2  # ...only while at most this many requests are in flight
-TEST_BACKOFF = 6  # after n tests refused in a row, the next 2**n runs (at most 2**6) are not tested
+TEST_BACKOFF = 6  # after n tests refused in a row, the next 2**n - 1 runs (at most 63) are not tested
 
 
 NO_TEST: dict[str, object] = {"bud_test_left": 0, "bud_test_at": -1.0, "bud_test_end": -1.0, "bud_test_n": 0}
@@ -196,7 +196,9 @@ def on_response(
     is the scope's delay and ``gap`` its sending interval before this response. Returns the
     state and whether the refusal is the budget's (the adaptation must not take it as a rate)."""
     mode = state.bud_mode
-    if refused and sent < state.bud_test_over:  # sent at a refused test's pace: its burst's, not a rate to learn
+    # sent at a refused test's pace: its burst's, not a rate to learn (a time ahead of this clock, a
+    # previous owner's clock ahead of this one, hides nothing)
+    if refused and sent < state.bud_test_over <= now:
         return state, True
     if state.bud_test_at >= 0 and sent >= state.bud_test_at:
         if state.bud_test_end < 0 or sent <= state.bud_test_end:

@@ -89,7 +89,7 @@ class ScopeState(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     bud_turn_span: float = 0.0  # spent: from the last refused probe to the first success after it (the turn is between)
     bud_gap0: float = 0.0  # the delay when the run began (what went through before it, a probe faster than the limit)
     bud_test_fails: int = 0  # tests refused since the last turn a test confirmed...
-    bud_test_skip: int = 0  # ...and the runs still to begin before the next test (2**fails after a refused one)
+    bud_test_skip: int = 0  # ...and the runs to begin until one is tested again (2**fails after a refused one)
     bud_test_over: float = -1.0  # when the last test was refused: refusals of what was sent before are its burst's
 
 

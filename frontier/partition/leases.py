@@ -176,7 +176,9 @@ class Leases(Robots, Revisits):
         if raw is None:
             return False
         lease = lease_dec.decode(raw)
-        if lease.kind == "page" and lease.qkey and not lease.held_until:
+        # (a lease of a dropped crawl is not queued again: it ends as its drop said, when it expires)
+        if (lease.kind == "page" and lease.qkey and not lease.held_until
+                and self._dropped_lease(lease.item.crawl, lease_id) is None):  # fmt: skip
             head = self.kv.first(queue_prefix(queue_of(lease.qkey)))
             if head is not None and head[0] < lease.qkey:
                 self._enqueue_back(lease.qkey, lease.item, now)

@@ -51,12 +51,17 @@ class Queues(SeenSet):
             qkey = queue_key(qid, item.priority, base | self._due_low | 1)
             if self.kv.get(qkey) is None:
                 return qkey
-        return self._qkey(qid, item, due)  # that millisecond is crowded: after everything queued
+        # that millisecond is crowded: after everything queued, at a place not in use (after a
+        # restart the monotonic sequence may start at a millisecond some entries already have)
+        qkey = self._qkey(qid, item, due)
+        while self.kv.get(qkey) is not None:
+            qkey = self._qkey(qid, item, due)
+        return qkey
 
     def _enqueue_back(self, qkey: bytes, item: UrlItem, now: float) -> None:
         """A leased URL back at the place it had (its order kept), or at a free place in the
-        same millisecond when a due-time key took that place while it was out. (An even key
-        is never given twice, so only an odd one can be taken.)"""
+        same millisecond when another key took that place while it was out (a due-time key; or,
+        after a restart or a takeover by an instance whose clock is behind, a monotonic one)."""
         if self.kv.get(qkey) is not None:
             qkey = self._qkey_due(queue_of(qkey), item, (queue_seq(qkey) >> 20) / 1000)
         self._enqueue(qkey, item, now)

@@ -513,7 +513,8 @@ async def _give_back(jobs: list[tuple[CrawlPool, LeasedJob]], held: set[str]) ->
     for pool, job in jobs:
         if job.reported:
             continue
-        pool.handed.pop(job.url, None)
+        if (handed := pool.handed.get(job.url)) is not None and handed.job is job:  # (not another job of the URL)
+            del pool.handed[job.url]
         if job.job.lease in held:
             pool.jobs.let_go(job)
             continue
