@@ -227,6 +227,21 @@ def test_a_crowded_due_millisecond_after_a_restart_overwrites_no_queued_url() ->
     assert again.queued() == 141
 
 
+def test_an_instance_whose_clock_is_behind_the_previous_owners_queues_after_every_url_in_use() -> None:
+    # the previous owner's clock ran 60 s ahead; the instance taking the partition over queues
+    # after every place in use, queued or leased, not at its own clock's millisecond
+    kv = MemoryKV()
+    ahead = make(kv)
+    ahead.ingest([item(f"http://a.test/{n}") for n in range(5)], T0 + 60)
+    [out] = jobs(ahead, T0 + 60)
+    behind = make(kv)
+    behind.rebuild(T0)
+    behind.ingest([item(f"http://a.test/new{n}") for n in range(5)], T0)
+    urls = queued_urls(behind)
+    assert len(urls) == 9 and out.item.url not in urls and behind.queued() == 9
+    assert urls[:4] == [f"http://a.test/{n}" for n in range(5) if f"http://a.test/{n}" != out.item.url]
+
+
 def test_a_lease_of_a_dropped_crawl_is_not_queued_again_by_a_clients_take() -> None:
     # its crawl dropped while the job is out, then a URL of its queue due earlier: the take does
     # not put the dropped URL back in the queue (its drop ends it when the lease does)

@@ -35,6 +35,7 @@ from frontier.partition.keys import (
     queue_of,
     queue_prefix,
     queue_scopes,
+    queue_seq,
     revisit_due_ms,
     seen_key,
 )
@@ -245,8 +246,11 @@ class PartitionFrontier(Recorded, Visibility):
         self._held = self._held_crawls()
         head = self.kv.first(REVISIT)
         self._next_revisit = revisit_due_ms(head[0]) / 1000 if head is not None else None
+        top = 0  # the highest queue sequence in use (queued or leased): new places come after it
         for key, value in self.kv.scan(LEASE):
             lease = lease_dec.decode(value)
+            if lease.qkey:
+                top = max(top, queue_seq(lease.qkey))
             if lease.kind in REPORT_KINDS:
                 self._unreported.append(lease_of(key))  # its page may never have gone out
                 continue
@@ -259,6 +263,9 @@ class PartitionFrontier(Recorded, Visibility):
                 self._robots_pending.add(lease.site or origin(lease.item.url))
         for key, _ in self.kv.scan(QUEUE):
             self._queued[queue_of(key)] += 1
+            top = max(top, queue_seq(key))
+        # (a previous owner whose clock ran ahead gave places this instance's clock has not reached)
+        self._seq = top & ~1
         for qid, n in self._queued.items():
             crawl = queue_crawl(qid)
             self._crawl_queued[crawl] += n
