@@ -227,6 +227,28 @@ async def test_a_partition_the_group_still_assigns_here_is_opened_again_after_a_
     assert await _failed_commit(revoked, code, monkeypatch) == []
 
 
+async def test_a_partition_fenced_again_after_it_was_taken_back_waits_for_the_group(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """CI at 871383b (test_cluster): f1, cut from the group's coordinator, still held partition 1
+    as its own; f2, assigned it, opened it and fenced f1; f1 took it back and fenced f2; f2 took it
+    back... both served it in turn. A partition is taken back once per assignment; fenced again,
+    it is left to the other instance until the group assigns partitions again."""
+    settings = FrontierConfig(robots_obey=False, dispatch_lead=0.0)
+    svc = FrontierService(replace(Config(), frontier=settings), clock=lambda: 1000.0)
+    svc._assigned = {0}
+    assert await _failed_commit(svc, KafkaError._FENCED, monkeypatch) == [0]  # taken back
+    svc._restoring.clear()  # (the open, replaced here, is over)
+    assert await _failed_commit(svc, KafkaError._FENCED, monkeypatch) == []  # fenced again: left
+    svc._open_retrying = lambda p: asyncio.sleep(0)  # type: ignore[method-assign,assignment,return-value]
+    svc.on_assigned({0})  # the group spoke again
+    await asyncio.gather(*svc._restoring.values())
+    svc._restoring.clear()
+    assert await _failed_commit(svc, KafkaError._FENCED, monkeypatch) == [0]
+    svc._restoring.clear()
+    assert await _failed_commit(svc, KafkaError._FATAL, monkeypatch) == [0]  # a failed commit: always rebuilt
+
+
 async def test_the_assignment_is_what_the_group_said_last() -> None:
     svc = FrontierService(Config(), clock=lambda: 1000.0)
     svc._open_retrying = lambda p: asyncio.sleep(0)  # type: ignore[method-assign,assignment,return-value]
