@@ -26,6 +26,7 @@ from frontier.kafka import Kafka
 from frontier.observability.feed import LagProbe, StatusFeed
 from frontier.observability.web import build_web, check_exposure
 from frontier.service.crawls import CrawlDirectory
+from frontier.service.lifecycle import GROUP_HEARTBEAT, GROUP_SESSION
 from frontier.service.lock import lock_state_dir
 from frontier.service.service import FrontierService
 from topics.schemas import ControlCommand, EncodedUrlBatch, FeedbackBatch, SchemaError, decode
@@ -96,8 +97,8 @@ def build_app(cfg: Config, kafka: Kafka | None = None) -> tuple[faust.App, Front
         topic_replication_factor=t.replication,
         datadir=f"{cfg.frontier.state_dir}/faust",
         web_enabled=False,  # the frontier serves its own page and metrics (frontier.observability.web)
-        broker_session_timeout=10.0,
-        broker_heartbeat_interval=2.0,
+        broker_session_timeout=GROUP_SESSION,
+        broker_heartbeat_interval=GROUP_HEARTBEAT,
         broker_commit_every=1000,
         broker_commit_interval=1.0,
         stream_buffer_maxsize=8,  # records are batches of up to 2000 URLs: 8 per partition is plenty

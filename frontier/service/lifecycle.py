@@ -29,7 +29,13 @@ log = logging.getLogger("frontier")
 
 OPEN_ATTEMPTS = 6  # tries to open a partition's store before the process gives up (exit, restarted)
 OPEN_BACKOFF = 1.0  # seconds before the second try, doubled each time (at most 30)
-RETAKE_AFTER = 1.0  # fenced while the group assigns it here: taken back after this (a rebalance settles)
+GROUP_SESSION = 10.0  # seconds: the frontier group's session timeout (frontier.service.app)...
+GROUP_HEARTBEAT = 2.0  # ...and its heartbeat interval
+# Fenced while the group assigns it here: taken back after this. An instance cut from the group's
+# coordinator (it has not heard of the rebalance that moved the partition) has found its session
+# expired by then and let its partitions go; the partition's real owner, fenced by a zombie's
+# late open, takes it back.
+RETAKE_AFTER = GROUP_SESSION + GROUP_HEARTBEAT
 
 
 class Lifecycle:
