@@ -392,9 +392,63 @@ def test_the_end_to_end_bucket_sites_periods_are_used_whatever_its_phase() -> No
         for i in range(20):
             phase = i * 0.05
             site = sites.StagedQuota(name="b", latency=latency, quota=60, window=20.0, phase=phase * 20.0, rate=3.0,
-                                     every=True, burst=3.0)  # fmt: skip
+                                     burst=3.0)  # fmt: skip
             simulate(site, DEFAULTS, duration=20.0 * (8 - phase), warmup=0.0)
             ks = sorted(site.periods)
             used += [site.periods.get(k, [0, 0])[0] / site.free for k in range(ks[0] + 3, ks[-1])]
     assert len(used) == 160
     assert min(used) >= 0.8 and sum(u < 0.9 for u in used) <= 2, sorted(used)[:12]
+
+
+def test_a_budgets_edge_right_after_a_rate_limits_refusals_is_a_run_of_its_own() -> None:
+    """Seen end to end (the 3/s bucket site of test_budgets.py, entered at its period's end): the
+    bucket refused while the adaptation found its rate, then one of its probes, and 6 successes
+    later the period's count reached the budget's edge. Taken for one run, the turn was tested at
+    the pace of the crawl's first burst (0.1 s, no limit learned then), the bucket refused it, and
+    the slow rate the budget's refusals forced outlived their period (53-73 % of four periods).
+    A refusal once the scope ran settled (at most one refusal among the 8 answers before it) begins
+    a run of its own: its turn is tested at the rate found, and the budget is what went through."""
+    state = ScopeState(bud_ok=17, bud_start=T0 - 10.0)
+    bucket = [(True, 0.0, 0.1), (False, 0.33, 0.25), (False, 0.53, 0.21), (True, 0.72, 0.18), (False, 1.0, 0.28),
+              (False, 1.25, 0.25), (False, 1.49, 0.23), (True, 1.71, 0.22), (False, 2.05, 0.34), (False, 2.36, 0.31),
+              (False, 2.64, 0.28), (False, 2.91, 0.27), (False, 3.16, 0.25), (True, 3.41, 0.25), (False, 3.8, 0.385),
+              (False, 4.17, 0.37), (False, 4.54, 0.365), (False, 4.91, 0.36), (False, 5.33, 0.357),
+              (False, 5.68, 0.355)]  # fmt: skip
+    for refused, at, gap in bucket:
+        state, _ = budget.on_response(state, refused, T0 + at, T0 + at + 0.1, gap, gap)
+        state = msgspec.structs.replace(state, limit=0.34 if at >= 3.41 else 0.0)  # (the adaptation's, found)
+    assert state.bud_ok == 33
+    edge = [(True, 6.04, 0.353), (True, 6.57, 0.53), (False, 7.38, 0.8), (False, 8.08, 0.71), (True, 8.74, 0.65),
+            (True, 9.73, 0.99), (False, 11.2, 1.48), (False, 12.5, 1.32), (True, 13.75, 1.21), (False, 15.6, 1.84),
+            (False, 17.2, 1.64), (False, 18.7, 1.5), (False, 20.2, 1.42)]  # fmt: skip
+    for refused, at, gap in edge:
+        state, _ = budget.on_response(state, refused, T0 + at, T0 + at + 0.1, gap, gap)
+    assert budget.testing(state) and budget.went_through(state) == pytest.approx(0.34)
+    for n in range(budget.TEST):
+        state = budget.on_sent(state, T0 + 20.5 + 0.34 * n)
+        state, _ = budget.on_response(state, False, T0 + 20.5 + 0.34 * n, T0 + 20.6 + 0.34 * n, 0.34, 0.34)
+    assert state.bud_mode == budget.COUNTING and state.bud_size == 33.0 and state.limit == 0.34
+
+
+def test_refusals_that_end_only_once_the_scope_slowed_down_do_not_restart_the_count() -> None:
+    """Twenty successes in a row end a run of refusals. When they come at the pace the refusals
+    came at, the period may have turned: the count starts again from them. When they come only
+    once the scope slowed down (a token bucket whose rate the adaptation found), nothing turned:
+    the period's count goes on. Seen end to end: a bucket's run ended that way restarted the
+    count 11 successes into its period, the budget was taken as 22 for 30, and a period refused
+    7 % of its requests."""
+
+    def run(slowed_to: float) -> ScopeState:
+        state = ScopeState(bud_ok=10)
+        at = 0.0
+        for refused, gap in [(True, 0.2), (False, 0.2), (True, 0.2), (False, 0.25), (True, 0.2)]:
+            state, _ = budget.on_response(state, refused, T0 + at, T0 + at + 0.05, gap, gap)
+            at += gap
+        for _ in range(budget.RUN_END):
+            at += slowed_to
+            state, _ = budget.on_response(state, False, T0 + at, T0 + at + 0.05, slowed_to, slowed_to)
+        return state
+
+    slowed, turned = run(0.35), run(0.22)
+    assert slowed.bud_run_at < 0 and slowed.bud_ok == 12 + budget.RUN_END
+    assert turned.bud_run_at < 0 and turned.bud_ok == budget.RUN_END

@@ -25,8 +25,11 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
   refused does not (one refusal, not the adaptation's, nor are refusals of requests sent before
   it came: the run ends, and after ``n`` refused tests in a row the next ``2**n - 1`` runs are
   not tested). A test whose answer never comes (a 5xx, a lost job) ends when a later request is
-  answered. A period counted from a tested turn that lets twice its budget
-  through had none. A refusal after ``RUN_NEW`` successes in a row begins a new run.
+  answered. A period counted from a tested turn that lets twice its budget through had none.
+  ``RUN_END`` successes in a row end a run: at the pace the refusals came at, the period may have
+  turned (the count starts again from them); only once the scope slowed down, a rate limit's
+  refusals ended (the count goes on). A refusal once the scope ran settled (``RUN_NEW`` successes in a row, or half
+  as many with at most one refusal among the ``RUN_NEW`` answers before it) begins a new run.
 - **spent**: the period's budget is gone. Only probes go out, at a growing interval (1/32 of the
   time since the refusals began, 1 s to an hour, 1/32 of the period once it is known), the next
   at once after a success (at the budget's pace once it is known); when a turn began the period,
@@ -81,7 +84,7 @@ HALVINGS = 2  # ...at this many halvings of the sending rate in a row (a bucket'
 RATE_SHARE = 0.15  # under this share refused at the lower rate: a rate limit
 JUDGE = 6  # once a period's budget is known, a refusal is judged by the answers to this many requests after it
 RUN_END = 20  # successes in a row end a run of refusals
-RUN_NEW = 8  # a refusal after this many successes in a row begins a new run (of the period, the rate before it)
+RUN_NEW = 8  # a refusal after this many successes in a row (or half, one refused among them) begins a new run
 TURN = 4  # successes in a row while spent: the period turned
 UP = 0.03  # periods that used their budget without refusal: the next one allows this much more...
 CLEAN = 2  # ...after this many of them in a row, and twice as much more after each next one
@@ -236,11 +239,11 @@ def _watching(
         # refusals that ended at once: a period's turn, or a rate limit's? A budget fresh from its
         # turn lets a burst through; a rate limit that just refused does not
         return _rep(st, **{**NO_TEST, "bud_test_left": TEST}), False
-    if st.bud_run_at < 0 or (refused and state.bud_streak >= RUN_NEW):
+    if st.bud_run_at < 0 or (refused and _settled(state)):
         if not refused:
             return st, False
-        # a run begins (a refusal after RUN_NEW successes in a row begins a new one): remember what
-        # the period let through and what the adaptation knew before it
+        # a run begins (a refusal once the scope ran settled begins a new one): remember what the
+        # period let through and what the adaptation knew before it
         return _rep(st, bud_run_at=sent, bud_run_ok=state.bud_ok, bud_run_gap=gap, bud_gap0=current, bud_n1=1, bud_r1=1,
                     bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_limit0=st.limit, bud_test_skip=max(0, st.bud_test_skip - 1),
                     bud_backoff0=st.backoff), False  # fmt: skip
@@ -252,8 +255,10 @@ def _watching(
             st = _rep(st, bud_slow_at=now)
     else:
         st = _rep(st, bud_n=st.bud_n + 1, bud_r=st.bud_r + refused)
-    if st.bud_streak >= RUN_END:  # the refusals ended at once: maybe a period turned; count from there
-        return _rep(_end_run(st), bud_ok=st.bud_streak, bud_exact=False), False
+    if st.bud_streak >= RUN_END:  # the refusals ended
+        if (sent - st.bud_streak_at) / (st.bud_streak - 1) > TURN_GAP * st.bud_ref_gap:
+            return _end_run(st), False  # ...once the scope slowed down: a rate limit's (the count goes on)
+        return _rep(_end_run(st), bud_ok=st.bud_streak, bud_exact=False), False  # at once: maybe a turn
     if st.bud_n < RUN_MIN:
         return st, False
     if st.bud_r < RATE_SHARE * st.bud_n:  # it stopped refusing at the lower rate: a rate limit
@@ -271,6 +276,17 @@ def _watching(
                 bud_slow_at=-1.0, bud_n=0, bud_r=0, bud_follows=halvings), False  # fmt: skip
 
 
+def _settled(state: ScopeState) -> bool:
+    """The scope ran settled before this refusal: ``RUN_NEW`` successes in a row, or half as many
+    with at most one refusal in the ``RUN_NEW`` answers before it (a rate limit the adaptation has
+    found refuses one of its probes now and then: refusals that follow are another run's, a
+    budget's edge; a budget's own stages refuse half the answers or more)."""
+    if state.bud_streak >= RUN_NEW:
+        return True
+    recent = bin(state.bud_hist & ((1 << RUN_NEW) - 1)).count("1")
+    return state.bud_streak >= RUN_NEW // 2 and recent <= 1
+
+
 def _turned(st: ScopeState, sent: float) -> bool:
     """Refusals that ended at once while the rate stayed: at least half of the ``TURN_RUN`` answers
     before ``TURN_LONG`` successes in a row were refused, and the successes were sent at most
@@ -286,7 +302,8 @@ def went_through(st: ScopeState) -> float:
     """The interval that went through before the run: the adaptation's limit then, or the one it
     was sending at when it probed faster than that limit (a test goes at it: a rate limit refuses
     it again once its burst is gone, a budget fresh from its turn does not)."""
-    return min(st.bud_limit0, st.bud_gap0) if st.bud_gap0 > 0 else st.bud_limit0
+    known = [gap for gap in (st.bud_limit0, st.bud_gap0) if gap > 0]  # (no limit learned before the run: 0)
+    return min(known) if known else 0.0
 
 
 def _test_answer(st: ScopeState, refused: bool, now: float) -> tuple[ScopeState, bool]:
