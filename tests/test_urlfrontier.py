@@ -359,3 +359,20 @@ def test_submissions_are_bounded_and_never_move_autothrottle() -> None:
         submission("http://a.test/", "a.test", "default", {"k": ["v" * 60_000]}, None)
     with pytest.raises(Rejection):
         parse_input(json.dumps({"url": "http://a.test/", "refetch_at": 5}).encode())  # known needs a key
+
+
+def test_a_url_its_client_completes_after_its_hold_ran_out_counts_as_done_for_its_crawl() -> None:
+    """A new user's trial (2026-11-27): a URL completed by its client (a known update) after its
+    GetURLs hold had run out, so queued again meanwhile, was done for GetStats but not in the
+    crawl's counts (``crawl-frontier crawls``: done 2 against completed 3). Its queued entry goes when
+    its turn comes, and counts as done then."""
+    f = make()
+    f.ingest([item("http://a.test/1")], T0)
+    [job] = jobs(f, T0)
+    change(f, "hold", T0 + 1, leases=[job.lease], until=T0 + 30)
+    f.expire_leases(T0 + 31)  # the hold ran out: queued again
+    f.ingest([item(job.item.url, refetch=0)], T0 + 35)  # the client's update, late
+    assert not jobs(f, T0 + 40), "decided done: not handed out again"
+    [row] = [r for r in f.crawl_rows(T0 + 40) if r.crawl == "default"]
+    assert row.completed == 1 and f.stats.completed == 1, row
+    assert ask(f, "stats", T0 + 40).counts["completed"] == 1

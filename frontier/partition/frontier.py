@@ -142,6 +142,7 @@ class PartitionFrontier(Recorded, Visibility):
         if item.key and self._stale_entry(item):  # a client decided it since it was queued
             self._delete(qkey)
             self._dequeued(qid)
+            self._decided_by_client(item)
             self._scheduler.schedule(qid, now)
             return
         scopes = queue_scopes(qid)

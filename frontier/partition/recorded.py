@@ -96,6 +96,12 @@ class Recorded(Leases):
         raw = self.kv.get(record_key(item.crawl, item.key, item.url))
         return raw is not None and _record_dec.decode(raw).refetch_at >= 0
 
+    def _decided_by_client(self, item: UrlItem) -> None:
+        """A queued URL its client decided since (a known update: done, or due later) leaves its
+        queue: this round of it is done, as a result would have made it."""
+        self.stats.completed += 1
+        self._crawl(item.crawl).completed += 1
+
     def _stale_entry(self, item: UrlItem) -> bool:
         """A queued recorded URL decided since it was queued (its seen entry is no longer open)."""
         if not item.key:
