@@ -4,13 +4,14 @@ many requests they serve before refusing), crawled with the defaults, ONE config
 site, on the real broker, judged from the sites' own tallies per period after the first two whole
 periods: no request inside a window a site announced, at most 5 % of requests refused, and the
 status says the budget in words. The share of each period's refusal-free count used is printed;
-asserted: >= 90 % in each period for the site entered early, >= 85 % in each period for the one
-with Retry-After, >= 90 % on average for both; for the site with a 3/s bucket on top, >= 85 % on
-average and >= 60 % in each period. The target is 90 % in each period for every site (issue 24 stays
-open for it): the bucket site, in 4 of 10 runs on 2026-11-27, has two periods at 67-80 % (its periods'
-refusals taken for the bucket's: its first tested turn took a budget too large, and two periods
-were measured as one). See
-docs/BENCHMARKS.md, "Budgets not told"."""
+asserted: >= 90 % in each period for the site entered early, >= 85 % in each period for the two
+entered later (the target is 90 % for every site: the one with Retry-After has a period at 88 % in
+about one run of three), >= 90 % on average for all three. The site with a 3/s bucket on top had
+its own lower bar (>= 60 % a period) until 2026-11-27: a bucket's refusals and the budget's edge
+taken for one run, or a bucket's run restarting the period's count, left it at 43-80 % for several
+periods in 4 runs of 10 (mended: 0 periods under 90 % in 10 runs since). Its periods still refuse
+more than 5 % in about one run of five (a count run past a turn not seen: issue 24 stays open for
+it). See docs/BENCHMARKS.md, "Budgets not told"."""
 
 import time
 from pathlib import Path
@@ -67,7 +68,7 @@ def test_staged_quotas_not_told_are_spent_evenly_every_period(bootstrap: str, tm
             failures.append(f"{name}: only {len(judged)} periods judged")
         mean = sum(used.values()) / len(used) if used else 0.0
         # (the target for every site is 90 % in each period: see the docstring)
-        on_average, least = (0.85, 0.6) if lim.rate else (0.9, 0.9 if into < 0.5 else 0.85)
+        on_average, least = 0.9, 0.9 if into < 0.5 else 0.85
         if mean < on_average:
             failures.append(f"{name}: {mean:.0%} of the refusal-free count used on average "
                             f"({on_average:.0%} asserted)")  # fmt: skip
