@@ -28,8 +28,9 @@ refusals go on (they follow the count), it slows down again. A scope tells the t
   answered. A period counted from a tested turn that lets twice its budget through had none.
   ``RUN_END`` successes in a row end a run: at the pace the refusals came at, the period may have
   turned (the count starts again from them); only once the scope slowed down, a rate limit's
-  refusals ended (the count goes on). A refusal once the scope ran settled (``RUN_NEW`` successes in a row, or half
-  as many with at most one refusal among the ``RUN_NEW`` answers before it) begins a new run.
+  refusals ended (the count goes on). A refusal once the scope ran settled (``RUN_NEW`` successes
+  in a row, or half as many with at most one refusal among the ``RUN_NEW`` answers before it)
+  begins a new run.
 - **spent**: the period's budget is gone. Only probes go out, at a growing interval (1/32 of the
   time since the refusals began, 1 s to an hour, 1/32 of the period once it is known), the next
   at once after a success (at the budget's pace once it is known); when a turn began the period,
