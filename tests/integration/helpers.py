@@ -85,9 +85,7 @@ def politeness_failures(fleet: SiteFleet, delay: float, concurrency: int, tolera
     requests and the stalls around them."""
     failures = []
     for site in fleet.sites:
-        starts = sorted(h.start for h in site.hits)
-        short = [(a, b) for a, b in itertools.pairwise(starts)
-                 if b - a + _stamp_lateness(fleet, a) < delay - tolerance]  # fmt: skip
+        short = short_gaps(fleet, [h.start for h in site.hits], delay, tolerance)
         if short:
             a, b = min(short, key=lambda pair: pair[1] - pair[0])
             stalls = [(round(t - a, 3), round(d, 3)) for t, d in fleet.stalls_between(a - 0.5, b)]
@@ -96,6 +94,15 @@ def politeness_failures(fleet: SiteFleet, delay: float, concurrency: int, tolera
         if site.max_active > concurrency:
             failures.append(f"{site.host}: {site.max_active} concurrent requests (cap {concurrency})")
     return failures
+
+
+def short_gaps(
+    fleet: SiteFleet, starts: list[float], delay: float, tolerance: float = 0.03
+) -> list[tuple[float, float]]:
+    """The pairs of consecutive stamps (of ``starts``) closer than ``delay``, a late stamp of the
+    first forgiven as in :func:`politeness_failures`."""
+    ordered = sorted(starts)
+    return [(a, b) for a, b in itertools.pairwise(ordered) if b - a + _stamp_lateness(fleet, a) < delay - tolerance]
 
 
 def _stamp_lateness(fleet: SiteFleet, at: float) -> float:

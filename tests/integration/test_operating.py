@@ -4,7 +4,6 @@ worker, and the live page rendered by a real headless Chromium."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import shutil
 import subprocess
@@ -20,6 +19,7 @@ from deploy.kafka import free_port
 from frontier.client import FrontierClient
 from frontier.demo.sites import SiteFleet
 from frontier.demo.stack import Stack, wait_until
+from tests.integration.helpers import short_gaps
 from topics.schemas import Page
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -123,12 +123,14 @@ def test_client_control_recrawl_metrics_and_live_page(bootstrap: str, tmp_path: 
         client.submit([b.url(fleet.port, f"/page/1?n={n}") for n in range(3)])
         wait_until(lambda: sum(1 for h in b.hits if h.start > since) >= 3, 30, what="3 more requests to b")
         starts = sorted(h.start for h in b.hits if h.start > since)
-        assert min(y - x for x, y in itertools.pairwise(starts)) >= 1.0 - 0.03, starts
+        # (judged as every test judges gaps: a stamp the sites' loop took late, after a stall, is
+        # forgiven; CI at 08cf30f: 1.053 s then 0.957 s, the middle request stamped late)
+        assert not short_gaps(fleet, starts, 1.0), (starts, fleet.stalls_between(since, time.time()))
 
         # recrawl: the news page was fetched again after its revisit interval
         wait_until(lambda: sum(1 for h in c.hits if h.path == "/page/1") >= 2, 30, what="a revisit of the news page")
         starts = sorted(h.start for h in c.hits if h.path == "/page/1")
-        assert starts[1] - starts[0] >= 2.0 - 0.03
+        assert not short_gaps(fleet, starts[:2], 2.0), starts
 
         # metrics, from both processes, with the figures the crawl produced
         fm = metrics(f"http://127.0.0.1:{web}/metrics")
