@@ -155,6 +155,7 @@ class LocalKafka:
     # exec``), its client listener binds ``host``, its controller listener ``controller_host``, and
     # clients are told ``advertised`` (host:port; e.g. a proxy in front of the node)
     netns: str = ""
+    jvm_options: tuple[str, ...] = ()  # added to the node's JVMs (its storage format and itself)
     host: str = "127.0.0.1"
     controller_host: str = ""
     advertised: str = ""
@@ -258,7 +259,8 @@ class LocalKafka:
         log4j.write_text(LOG4J2_PROPERTIES)
         java = shutil.which("java") or "java"
         classpath = f"{libs}/*"
-        base = [java, f"-Dkafka.logs.dir={logs}", f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
+        base = [java, *self.jvm_options, f"-Dkafka.logs.dir={logs}", f"-Dlog4j2.configurationFile={log4j}", "-cp",
+                classpath]  # fmt: skip
         if not (data / "meta.properties").exists():
             fmt_args = ["format", "-t", self.cluster_id or _cluster_id(), "-c", str(props)]
             if not self.voters:

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,7 +50,7 @@ BROKER_SETTINGS = ("leader.imbalance.check.interval.seconds=30",)
 # half the CPU (13 s against 27 s until ready, then 0.07 core idle against 0.13); under a cluster
 # test's crawl they used 38 s of CPU against 83 s (the slow-links test), which the test's own
 # processes and CI's other lanes need. They also start together (about 11 s in all, was 19-30).
-JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+JVM_OPTIONS = ("-XX:TieredStopAtLevel=1",)
 NET = "198.18"  # RFC 2544 (198.18.0.0/15): reserved for network tests
 ROOT_ADDR = f"{NET}.0.1"
 BROKER_PORT, CONTROLLER_PORT = 9092, 9093
@@ -196,10 +196,10 @@ class Cluster:
                 home=self.workdir / f"kafka-{i}", port=BROKER_PORT, controller_port=CONTROLLER_PORT, heap=self.heap,
                 node_id=i, voters=voters, cluster_id=cid, replication=min(3, self.brokers), netns=node.ns,
                 host="127.0.0.1" if self.proxied else node.addr, controller_host=node.addr,
-                advertised=f"{node.addr}:{BROKER_PORT}", settings=BROKER_SETTINGS,
+                advertised=f"{node.addr}:{BROKER_PORT}", settings=BROKER_SETTINGS, jvm_options=JVM_OPTIONS,
             ))  # fmt: skip
         libs_dir(self.kafka[0].version)  # (fetched once, on first use, before the brokers start together)
-        with _jvm_options(), ThreadPoolExecutor(len(self.kafka)) as pool:  # each formats its storage, then starts
+        with ThreadPoolExecutor(len(self.kafka)) as pool:  # each formats its storage, then starts
             procs = list(pool.map(LocalKafka.start, self.kafka))
         for k, proc in zip(self.kafka, procs, strict=True):
             k.wait_ready(timeout, proc)
@@ -342,9 +342,7 @@ class Cluster:
 
     def start_broker(self, i: int, timeout: float = 120.0) -> None:
         k = self.kafka[i - 1]
-        with _jvm_options():
-            proc = k.start()
-        k.wait_ready(timeout, proc)
+        k.wait_ready(timeout, k.start())
 
     def coordinator(self, group: str) -> int:
         """The node id of ``group``'s coordinator."""
@@ -371,20 +369,6 @@ class Cluster:
         _ip("link", "del", self.bridge, check=False)
         for k in self.kafka:
             k.pid_file.unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
-def _jvm_options() -> Iterator[None]:
-    """JVMs started inside (a broker, its storage format) get :data:`JVM_OPTIONS`."""
-    before = os.environ.get("JAVA_TOOL_OPTIONS")
-    os.environ["JAVA_TOOL_OPTIONS"] = f"{before} {JVM_OPTIONS}" if before else JVM_OPTIONS
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["JAVA_TOOL_OPTIONS"]
-        else:
-            os.environ["JAVA_TOOL_OPTIONS"] = before
 
 
 def _kill_in(ns: str) -> None:
