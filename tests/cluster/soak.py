@@ -61,12 +61,18 @@ class Fault:
     start: float
     end: float = 0.0
 
-    def in_flight(self, hit: Hit) -> bool:
+    def in_flight(self, hit: Hit, landed: float | None = None) -> bool:
         """Whether ``hit`` (the first of two fetches of a page) is explained by this fault: it was
-        in flight when the fault struck; after a broker fault, any fetch until ``BROKER_STALL``
-        past its end (a partition the broker led may take writes again only minutes later, until
-        the brokers' leader rebalance, and its leases' feedback comes too late: docs/GUARANTEES.md)."""
+        in flight when the fault struck, or its report was (``landed``: when the page that fetch
+        published was first read from crawl.pages, None if not before the second fetch; a worker's
+        report goes out after its response: the offset commit, the page, then the feedback, and on a
+        loaded machine that takes more than a second (seen in CI); a page read a second before the
+        fault had its report out); after a broker fault, any fetch until ``BROKER_STALL`` past its end
+        (a partition the broker led may take writes again only minutes later, until the brokers'
+        leader rebalance, and its leases' feedback comes too late: docs/GUARANTEES.md)."""
         if hit.start < self.start and (hit.end == 0.0 or hit.end > self.start - 1.0):
+            return True
+        if hit.start < self.start and (landed is None or landed > self.start - 1.0):
             return True
         return self.broker and self.start - 1.0 <= hit.start <= self.end + BROKER_STALL
 
@@ -208,8 +214,9 @@ def run(workdir: Path, minutes: float, seed: int, log: Callable[[str], None] = p
             pass
         for _ in range(10):
             poll()
+        bases = {host: f"http://{addr}:{fleet.port}" for host, addr in public.items()}
         return report(fleet, urls, pages, arrivals, soak.faults, started, healed, seed, minutes,
-                      cluster.proxy_stalls())  # fmt: skip
+                      cluster.proxy_stalls(), bases)  # fmt: skip
     finally:
         if reader is not None:
             reader.close()
@@ -221,8 +228,15 @@ def run(workdir: Path, minutes: float, seed: int, log: Callable[[str], None] = p
 
 def report(fleet: HiddenLimitFleet, urls: list[str], pages: list[Any], arrivals: list[float], faults: list[Fault],
            started: float, healed: float, seed: int, minutes: float,
-           path_stalls: list[tuple[float, float]] | None = None) -> dict[str, Any]:  # fmt: skip
+           path_stalls: list[tuple[float, float]] | None = None,
+           bases: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The soak's figures (the module's doc). ``arrivals``: when each of ``pages`` was read;
+    ``bases``: each site host's URL prefix in ``urls`` (the address the crawl knew it by)."""
     out = {p.url for p in pages}
+    landed: dict[str, float] = {}
+    for page, at in zip(pages, arrivals, strict=True):
+        landed.setdefault(page.url, at)
+    unexplained: list[str] = []
     lost = sorted(set(urls) - out)
     outcomes = Counter(p.outcome for p in pages)
     published_twice = sum(n - 1 for n in Counter(p.url for p in pages).values() if n > 1)
@@ -247,9 +261,15 @@ def report(fleet: HiddenLimitFleet, urls: list[str], pages: list[Any], arrivals:
                 served[hit.path].append(hit)
         for hits in served.values():
             hits.sort(key=lambda h: h.start)
-            for first in hits[:-1]:
-                cause = next((f.name for f in faults if f.in_flight(first)), "unexplained")
+            url = f"{(bases or {}).get(host, '')}{hits[0].path}"
+            for first, second in itertools.pairwise(hits):
+                cause = next((f.name for f in faults if f.in_flight(first, landed.get(url))), "unexplained")
                 causes[cause] += 1
+                if cause == "unexplained":
+                    seen = f"{landed[url] - started:.2f}" if url in landed else "never"
+                    unexplained.append(f"{lim.kind} {first.path}: t+{first.start - started:.2f}-"
+                                       f"{first.end - started:.2f}s, again t+{second.start - started:.2f}s, "
+                                       f"first read t+{seen}s")  # fmt: skip
     stall, last = 0.0, started
     for t in sorted(arrivals):
         stall, last = max(stall, t - last), t
@@ -257,6 +277,7 @@ def report(fleet: HiddenLimitFleet, urls: list[str], pages: list[Any], arrivals:
         "seed": seed, "minutes": minutes, "urls": len(set(urls)), "lost": len(lost), "lost_examples": lost[:5],
         "outcomes": dict(outcomes), "published_twice": published_twice, "violations": len(violations),
         "violation_examples": violations[:5], "over_concurrency": over, "fetched_twice": dict(causes),
+        "unexplained_examples": unexplained[:5],
         "faults": [f"t+{f.start - started:.0f}s {f.name} ({f.end - f.start:.0f}s)" for f in faults],
         "longest_stall": round(stall, 1), "finished_after_heal": round((last - healed), 1),
     }  # fmt: skip
