@@ -252,6 +252,9 @@ class UrlFrontierConfig:
     get_stream: float = 5.0
     query_timeout: float = 15.0  # seconds to wait for every partition's answer (else UNAVAILABLE)
     put_wait: float = 30.0  # a PutURLs stream completes once the frontier applied it, waiting up to this
+    # a crawl no GetURLs asked for this long: its jobs go back to the frontier as they come (each holds
+    # its host's slot, for every crawl, while it waits in the gateway)
+    unasked: float = 5.0
 
     def validate(self) -> None:
         _check_ranges(self, URLFRONTIER_RANGES, "urlfrontier")
@@ -265,6 +268,7 @@ URLFRONTIER_RANGES = {
     "get_stream": Range(0, 600),
     "query_timeout": Range(0, 600, lo_open=True),
     "put_wait": Range(0, 3600),
+    "unasked": Range(0, 3600, lo_open=True),
 }
 
 

@@ -1,7 +1,8 @@
 """The URLFrontier API (``crawl-frontier urlfrontier``) on the real broker:
 
 - crawler-commons' own conformance suite (``../shared/urlfrontier/conformance.sh``, Java, built
-  with Maven) passes against the gateway;
+  with Maven) passes against the gateway; then bad input, a queue's order, and a crawl nobody asks
+  for (it must not hold its hosts from a crawl that is asked for);
 - a URLFrontier crawler (tests/integration/urlfrontier_client.py: GetURLs, fetch, known-URL
   update with the response's status and headers in the metadata, as StormCrawler writes them)
   crawls local sites with hidden limits through a SIGKILL of the gateway and of the frontier:
@@ -71,6 +72,7 @@ def test_the_conformance_suite_passes_against_the_gateway(bootstrap: str, tmp_pa
         assert "Tests run: 7, Failures: 0, Errors: 0, Skipped: 0" in run.stdout, "\n".join(summary)
         bad_input_gets_clear_answers(stack, port)
         a_queue_is_handed_out_in_its_order_when_asked(port)
+        a_crawl_nobody_asks_for_does_not_hold_its_hosts(port)
     finally:
         stack.stop_all()
 
@@ -93,6 +95,30 @@ def a_queue_is_handed_out_in_its_order_when_asked(port: int) -> None:
         params = pb.GetParams(key=key, max_urls_per_queue=1, delay_requestable=2)
         got.append([u.url for u in client.GetURLs(params, timeout=30)])
     assert all(urls[:1] == [f"http://order{n}.test/sooner"] for n, urls in enumerate(got)), got
+
+
+def a_crawl_nobody_asks_for_does_not_hold_its_hosts(port: int) -> None:
+    """Two crawls queue URLs of one host, and a client asks only for one of them (found by a new
+    user's trial: its GetURLs came back empty for over a minute, the other crawl's jobs waiting in
+    the gateway with the host's slot until their job time ran out, 30 s each). The asked crawl's
+    three URLs come out within 45 s (each reported done at once); the other crawl's stay queued."""
+    client = stub(port)
+    host = "shared-host.test"
+    urls = {crawl: [f"http://{host}/{crawl}/{i}" for i in range(3)] for crawl in ("asked", "unasked")}
+    items = [discovered(u, crawl) for crawl in ("unasked", "asked") for u in urls[crawl]]
+    assert {a.status for a in put(client, items)} == {pb.AckMessage.Status.OK}
+    got: list[str] = []
+    began = time.monotonic()
+    deadline = began + 45
+    while len(got) < 3 and time.monotonic() < deadline:
+        params = pb.GetParams(crawlID="asked", max_urls_per_queue=1, delay_requestable=30)
+        for info in client.GetURLs(params, timeout=30):
+            got.append(info.url)
+            put(client, [known(info, 0, {"fetch.statusCode": "200"})])
+    assert sorted(got) == urls["asked"], f"the asked crawl got {got} in 45 s"
+    print(f"[a crawl nobody asks for] the asked crawl's 3 URLs in {time.monotonic() - began:.1f} s")
+    stats = client.GetStats(pb.QueueWithinCrawlParams(crawlID="unasked"), timeout=30)
+    assert stats.size == 3 and stats.inProcess == 0, stats
 
 
 def bad_input_gets_clear_answers(stack: Stack, port: int) -> None:

@@ -7,7 +7,10 @@ may be sent to, and the worker API holds it until its send time. A job waits in 
 lease until ``delay_requestable`` has passed (feedback ``held``), after which the frontier queues
 the URL again, whether or not this gateway still runs. A known-URL update of a URL handed out
 here reports its job (status and throttling headers from its metadata: the host's delay moves
-as for any worker's report). A ready job past its time is handed back to the frontier.
+as for any worker's report). A ready job past its time is handed back to the frontier, and so is
+every ready job of a crawl no GetURLs asked for in ``urlfrontier.unasked`` seconds (a job waiting
+here holds its host's slot for every crawl: another crawl of the host that is asked for gets the
+host's next turn).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from frontier.config import Config
@@ -48,8 +52,25 @@ class CrawlPool:
         self.ready: list[LeasedJob] = []
         self.handed: OrderedDict[str, Handed] = OrderedDict()  # url → its job in a client's hands
         self.arrived = asyncio.Event()
+        self.asked = time.monotonic()  # when a GetURLs last asked for this crawl (made: as if asked)...
+        self.asking = 0  # ...and how many are asking now
         self._task: asyncio.Task[None] | None = None
         self.failure: BaseException | None = None
+
+    @contextlib.contextmanager
+    def asking_for(self) -> Iterator[None]:
+        """A GetURLs asks for this crawl's jobs while in this block."""
+        self.asking += 1
+        try:
+            yield
+        finally:
+            self.asking -= 1
+            self.asked = time.monotonic()
+
+    @property
+    def unasked(self) -> bool:
+        """No GetURLs asked for this crawl in ``urlfrontier.unasked`` seconds: its jobs go back."""
+        return not self.asking and time.monotonic() - self.asked > self.cfg.urlfrontier.unasked
 
     async def start(self) -> None:
         await self.jobs.start()
@@ -77,6 +98,8 @@ class CrawlPool:
                 if job is not None:
                     self.ready.append(job)
                     self.arrived.set()
+                if self.ready and self.unasked:
+                    await self._give_back_unasked()
                 if time.monotonic() - last_sweep >= SWEEP:
                     last_sweep = time.monotonic()
                     await self._sweep(time.time())
@@ -85,6 +108,16 @@ class CrawlPool:
         except Exception as exc:
             self.failure = exc
             log.exception("crawl %r: the jobs consumer failed", self.crawl)
+
+    async def _give_back_unasked(self) -> None:
+        """Nobody asks for this crawl: its ready jobs go back to the frontier, which queues them
+        again (nothing was sent) and gives their hosts' turns to the next crawl."""
+        ready, self.ready = self.ready, []
+        for job in ready:
+            if not job.reported:
+                with contextlib.suppress(Exception):
+                    await job.release()
+        log.debug("crawl %r: %d jobs handed back (no GetURLs asked for it)", self.crawl, len(ready))
 
     async def _sweep(self, now: float) -> None:
         """Ready jobs past their time go back to the frontier; handed-out ones past their client's

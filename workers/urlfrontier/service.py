@@ -234,6 +234,23 @@ class Gateway(pbg.URLFrontierServicer):
         budget = GET_BUDGET
         if per_queue and (queues or key):
             budget = min(budget, per_queue * (1 if key else queues))
+        with contextlib.ExitStack() as asking:  # while the call lasts, its crawls' jobs wait here for it
+            for pool in pools:
+                asking.enter_context(pool.asking_for())
+            async for info in self._stream(pools, key, per_queue, queues, budget, delay, context):
+                yield info
+
+    async def _stream(
+        self,
+        pools: list[CrawlPool],
+        key: str | None,
+        per_queue: int,
+        queues: int,
+        budget: int,
+        delay: float,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[pb.URLInfo]:
+        """GetURLs' answer: the jobs of ``pools`` within the call's limits, as they come."""
         counts: dict[str, int] = {}
         sent = 0
         # nothing to send: wait up to urlfrontier.get_wait for a first URL. Once URLs went out, the
