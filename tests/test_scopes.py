@@ -246,3 +246,17 @@ def test_robots_txt_is_per_origin() -> None:
     assert [j.item.url for j in third.jobs] == ["https://o.test/robots.txt"]  # not fetched under http's rules
     done(f, third.jobs[0], 6.1, body=b"User-agent: *\nDisallow: /private\n")
     assert [p.url for p in f.dispatch(9.0).disallowed] == ["https://o.test/private/1"]
+
+
+def test_a_finished_crawls_hosts_stay_in_the_status_rows_with_what_was_learned() -> None:
+    """Found by a new user's trial: once nothing was queued, status listed no scope, so a finished
+    crawl's learned delay could not be read. Rows left over go to the scopes used most recently."""
+    f = frontier({}, default=ScopeSettings(delay=2.0, concurrency=1, autothrottle=FIXED))
+    f.ingest([item("http://done.test/1"), item("http://busy.test/1"), item("http://busy.test/2")], 0.0)
+    for job in f.dispatch(0.0).jobs:
+        done(f, job, 0.5)
+    rows = {r.scope: r for r in f.scope_rows(1.0, top=5)}
+    assert set(rows) == {"busy.test", "done.test"}, rows
+    assert (rows["busy.test"].queued, rows["done.test"].queued) == (1, 0)
+    assert rows["done.test"].reason == "idle" and rows["done.test"].delay == 2.0 and rows["done.test"].sent == 1
+    assert [r.scope for r in f.scope_rows(1.0, top=1)] == ["busy.test"]  # queued scopes first

@@ -58,6 +58,7 @@ def test_reasons_read_as_sentences_with_the_wait() -> None:
     assert sentence("paused (a.test)", None, 10.0) == "paused by an operator (a.test)"
     assert sentence("robots.txt pending", None, 10.0) == "robots.txt pending"
     assert sentence("ready", None, 10.0) == "ready"
+    assert sentence("idle", None, 10.0) == "idle: nothing queued"
     due = msgspec.structs.replace(row("x.test", 3, 0, 1.0, reason="delay (x.test)"), wait_until=10.0)
     text = render([snap("a", 10.0, [0], {}, [due])], now=10.0)
     assert "delay: due now (x.test)" in text and "until now" not in text

@@ -34,6 +34,8 @@ def sentence(reason: str, wait_until: float | None, now: float) -> str:
     ``"delay: next send in 0.4 s (a.test)"``; reasons that are sentences already pass through."""
     if reason == "ready":
         return "ready"
+    if reason == "idle":
+        return "idle: nothing queued"
     word, sep, rest = reason.partition(" (")
     where = f" ({rest}" if sep else ""
     if word == "paused":

@@ -5,6 +5,7 @@ only: no write, and no side effect on the scheduler or the waiters."""
 from __future__ import annotations
 
 import heapq
+import itertools
 from collections import Counter
 from operator import itemgetter
 
@@ -40,7 +41,9 @@ class Visibility(Robots):
         return d.reason, d.at
 
     def scope_rows(self, now: float, top: int = 20) -> list[ScopeStatus]:
-        """Per scope, busiest first: queued, in flight, delay, gate, and why it is not dispatching."""
+        """Per scope, busiest first: queued, in flight, delay, gate, and why it is not dispatching;
+        rows left over go to the scopes used most recently (their own count: a scope of a small
+        queue too), so a crawl that finished still shows what it learned of its hosts."""
         # The largest queues only (C-level scan): the cost must not grow with Python work per queue,
         # there can be millions. A scope shared by many small queues may be under-counted.
         queued: Counter[str] = Counter()
@@ -50,7 +53,12 @@ class Visibility(Robots):
                 queued[scope] += n
                 if n > biggest.get(scope, (0, ""))[0]:
                     biggest[scope] = (n, qid)
-        return [self.scope_row(scope, now, n, biggest.get(scope, (0, None))[1]) for scope, n in queued.most_common(top)]
+        rows = [self.scope_row(scope, now, n, biggest.get(scope, (0, None))[1]) for scope, n in queued.most_common(top)]
+        if len(rows) < top:
+            # the states cache's newest first (taken before the rows read them: a read moves a scope up)
+            recent = list(itertools.islice(reversed(self._states), 2 * top))
+            rows += [self.scope_row(scope, now) for scope in recent if scope not in queued][: top - len(rows)]
+        return rows
 
     def scope_row(self, scope: str, now: float, queued: int | None = None, qid: QueueId | None = None) -> ScopeStatus:
         """One scope's status row (``queued`` counted over its queues when not given: its own
@@ -65,7 +73,7 @@ class Visibility(Robots):
         s = self.scope_settings(scope)
         st = policy.advance(self._state(scope), now, s)
         # an emptied queue (not popped yet) reads like no queue: nothing to explain, and no seek in the store
-        reason, at = self._explain(qid, now) if qid and queued else ("ready", None)
+        reason, at = self._explain(qid, now) if qid and queued else ("ready" if st.inflight else "idle", None)
         return ScopeStatus(scope=scope, queued=queued, inflight=st.inflight, delay=policy.delay(st, s),
                            concurrency=policy.concurrency(st, s), gate_until=st.gate_until, backoff=st.backoff,
                            reason=reason, wait_until=at, sent=st.sent_total,
