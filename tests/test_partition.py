@@ -9,8 +9,11 @@ import pytest
 
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import KV, MemoryKV
+from frontier.core.policy import ScopeState
 from frontier.intake.urls import parse_input
 from frontier.partition import PartitionFrontier
+from frontier.partition.keys import state_key
+from frontier.partition.records import encoder
 from frontier.service.rocks import RocksKV
 from topics.schemas import Feedback, Job, UrlItem
 
@@ -269,3 +272,18 @@ def test_jobs_go_out_ahead_of_their_slot_with_not_before() -> None:
     assert f.dispatch(0.85).jobs == []  # the slot at 1.0 is more than the lead away
     [job] = f.dispatch(0.9).jobs
     assert (job.not_before, job.expires_at) == (1.0, 31.0)  # the worker holds it until its slot
+
+
+def test_a_jobs_min_gap_is_the_gap_its_send_was_timed_with(kv: KV) -> None:
+    """The worker holds a job until its previous send to the host plus the job's ``min_gap``. The
+    last request of a budget's turn test ends the test as it is sent, and the state after the send
+    has the slowed-down delay again: the job must carry the test's pace, not that delay (else the
+    test's last request went out 1-1.7 s late end to end, and the new period's count, started
+    late, could run on past a turn it never saw; reproduced in the simulator, 15 % of runs)."""
+    f = make(kv)
+    testing = ScopeState(bud_test_left=1, bud_limit0=3.0, backoff=5.0, last_sent=-10.0)
+    f.kv.put(state_key("a.test"), encoder.encode(testing))  # one test request left, at the pace of 3 s
+    f.ingest(items("http://a.test/1", "http://a.test/2"), 0.0)
+    [job] = f.dispatch(0.0).jobs
+    assert job.min_gap == 3.0, job.min_gap
+    assert f._state("a.test").bud_test_left == 0  # the test ended with this send: the next gap is the backoff's

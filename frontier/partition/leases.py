@@ -63,6 +63,10 @@ class Leases(Robots, Revisits):
         self._put(lease_key(lease_id), encoder.encode(lease))
         if qkey:
             self._delete(qkey)
+        # the gap this send was timed with (before the send changes the state: the last request of
+        # a budget's turn test ends the test, and the state after it has the slowed-down delay,
+        # which would hold that request back at the worker)
+        host_state, host_settings = self._state(scopes[0]), self.scope_settings(scopes[0])
         u = self.rng.random()
         for scope in scopes:
             self._apply(scope, policy.Sent(not_before, u=u, cost=item.cost if kind == "page" else 0.0), now)
@@ -72,7 +76,6 @@ class Leases(Robots, Revisits):
         self.stats.dispatched += 1
         if kind == "page":
             self._crawl(item.crawl).dispatched += 1
-        host_state, host_settings = self._state(scopes[0]), self.scope_settings(scopes[0])
         terms: dict[str, Any] = {
             "v": SCHEMA_VERSION if item.crawl == DEFAULT_CRAWL else CRAWLS_VERSION,
             "lease": lease_id,
