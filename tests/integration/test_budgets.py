@@ -2,16 +2,14 @@
 whose periods turn on their own clock (the crawler is not told when, nor how long they are, nor how
 many requests they serve before refusing), crawled with the defaults, ONE configuration for every
 site, on the real broker, judged from the sites' own tallies per period after the first two whole
-periods: no request inside a window a site announced, at most 5 % of requests refused, and the
-status says the budget in words. The share of each period's refusal-free count used is printed;
-asserted: >= 90 % in each period for the site entered early, >= 85 % in each period for the two
-entered later (the target is 90 % for every site: the one with Retry-After has a period at 88 % in
-about one run of three), >= 90 % on average for all three. The site with a 3/s bucket on top had
-its own lower bar (>= 60 % a period) until 2026-11-27: a bucket's refusals and the budget's edge
-taken for one run, or a bucket's run restarting the period's count, left it at 43-80 % for several
-periods in 4 runs of 10 (mended: 0 periods under 90 % in 10 runs since). Its periods still refuse
-more than 5 % in about one run of five (a count run past a turn not seen: issue 24 stays open for
-it). See docs/BENCHMARKS.md, "Budgets not told"."""
+periods: no request inside a window a site announced, at most 5 % of requests refused, at least
+90 % of each period's refusal-free count used, and the status says the budget in words. Before
+2026-11-27 the two sites entered later had a lower bar (85 % a period; the bucket site 60 % before
+that), and the bucket site refused more than 5 % in about one run in five: the last request of a
+budget's turn test carried the slowed-down delay as its min_gap, the worker held it back by 1-1.7 s,
+and the new period's count could run on past a turn it never saw (mended in the frontier's leases:
+6 runs since, every period of every site at 94 % or more, at most 2.5 % refused). See
+docs/BENCHMARKS.md, "Budgets not told"."""
 
 import time
 from pathlib import Path
@@ -66,15 +64,9 @@ def test_staged_quotas_not_told_are_spent_evenly_every_period(bootstrap: str, tm
               f"inside_windows={len(lim.gate_violations)}")  # fmt: skip
         if len(judged) < 3:
             failures.append(f"{name}: only {len(judged)} periods judged")
-        mean = sum(used.values()) / len(used) if used else 0.0
-        # (the target for every site is 90 % in each period: see the docstring)
-        on_average, least = 0.9, 0.9 if into < 0.5 else 0.85
-        if mean < on_average:
-            failures.append(f"{name}: {mean:.0%} of the refusal-free count used on average "
-                            f"({on_average:.0%} asserted)")  # fmt: skip
-        short = {k: f"{u:.0%}" for k, u in used.items() if u < least}
+        short = {k: f"{u:.0%}" for k, u in used.items() if u < 0.9}
         if short:
-            failures.append(f"{name}: periods under {least:.0%} of the refusal-free count: {short}")
+            failures.append(f"{name}: periods under 90 % of the refusal-free count: {short}")
         if refused > 0.05:
             failures.append(f"{name}: {refused:.1%} of requests refused in the judged periods")
         if lim.gate_violations:
