@@ -32,7 +32,7 @@ from frontier.partition import PartitionFrontier
 from frontier.service import lifecycle as lifecycle_module
 from frontier.service.lock import lock_state_dir
 from frontier.service.service import FrontierService
-from tests.test_service_protocol import Event, Recorder, serve, settle
+from tests.test_service_protocol import Event, Recorder, serve, service, settle
 from topics.schemas import ControlCommand, EncodedUrlBatch, Feedback, FeedbackBatch, encode
 
 
@@ -55,6 +55,44 @@ async def test_an_event_of_a_partition_not_served_is_left_for_its_owner_at_once(
     await asyncio.wait_for(svc.handle_urls(5, batch, event), 1)
     await asyncio.wait_for(svc.handle_feedback(5, FeedbackBatch(items=[]), event), 1)
     assert not event.acked
+
+
+async def test_an_event_between_a_revoke_and_the_assignment_that_gives_its_partition_back_is_applied() -> None:
+    """CI at b3c1869 (the chaos soak): a batch of 384 URLs was delivered while its partition was
+    revoked here, before the assignment that gave it back; left unacknowledged, it was never
+    delivered again (the consumer kept its position) and never crawled. Now it waits for the
+    group's next assignment: given back, it is applied; given to another instance, it is left for
+    it (read again from the committed offset)."""
+    svc, _, f = service(FrontierConfig(robots_obey=False, dispatch_lead=0.0))
+    owned = svc._owned[0]
+    reopened: list[int] = []
+
+    async def reopen(p: int) -> None:
+        reopened.append(p)
+        svc._owned[p] = owned  # (its store, opened again)
+
+    svc._open_retrying = reopen  # type: ignore[method-assign]
+    await svc.on_revoked({5})  # a rebalance begins (partition 0's close, done below, is not what is tested)
+    svc._owned.pop(0)  # revoked: closed here
+    svc._assigned = set()
+    batch = EncodedUrlBatch(items=[encode(parse_input(b"http://a.test/1"))])
+    event = OffsetEvent(7)
+    waiting = asyncio.ensure_future(svc.handle_urls(0, batch, event))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # the assignment is not known yet
+    svc.on_assigned({0})  # given back
+    await asyncio.wait_for(waiting, 5)
+    await settle(svc)
+    assert reopened == [0] and event.acked and f.queued_hosts() == 1
+
+    elsewhere = OffsetEvent(8)
+    svc._owned.pop(0)
+    await svc.on_revoked({0})
+    waiting = asyncio.ensure_future(svc.handle_urls(0, batch, elsewhere))
+    await asyncio.sleep(0.05)
+    svc.on_assigned({1})  # given to another instance
+    await asyncio.wait_for(waiting, 5)
+    assert not elsewhere.acked
 
 
 async def test_a_store_that_does_not_open_is_retried_shown_and_then_fatal(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -36,6 +36,8 @@ GROUP_HEARTBEAT = 2.0  # ...and its heartbeat interval
 # expired by then and let its partitions go; the partition's real owner, fenced by a zombie's
 # late open, takes it back.
 RETAKE_AFTER = GROUP_SESSION + GROUP_HEARTBEAT
+# an event of a partition revoked here waits this long at most for the group's next assignment
+REASSIGN_WAIT = 3 * GROUP_SESSION
 
 
 class Lifecycle:
@@ -52,6 +54,7 @@ class Lifecycle:
     _ready: dict[int, asyncio.Event]
     _restoring: dict[int, asyncio.Task[None]]
     _assigned: set[int]
+    _assignment: asyncio.Event
     _retaken: set[int]
     _dropping: set[asyncio.Task[None]]
     _wake: asyncio.Event
@@ -64,6 +67,7 @@ class Lifecycle:
 
     def on_assigned(self, partitions: set[int]) -> None:
         self._assigned = set(partitions)
+        self._assignment.set()
         self._retaken.clear()  # the group spoke again: a fenced partition may be taken back once more
         for p in sorted(partitions):
             if p not in self._owned and p not in self._restoring:
@@ -141,6 +145,7 @@ class Lifecycle:
 
     async def on_revoked(self, partitions: set[int]) -> None:
         self._assigned -= partitions  # (first: a write failing meanwhile must not open it again)
+        self._assignment.clear()  # events of these partitions wait for the next assignment (_partition)
         for p in sorted(partitions):
             task = self._restoring.pop(p, None)
             if task is not None:
@@ -206,10 +211,24 @@ class Lifecycle:
 
     async def _partition(self, p: int) -> _Owned | None:
         """The partition's state once it is open; None when this instance does not serve it (revoked,
-        fenced or failed: the event is left unacknowledged for its owner, never parked)."""
+        fenced or failed: the event is left unacknowledged for its owner, never parked). An event
+        of a partition revoked here while the group's new assignment is not known yet waits for
+        it (at most ``REASSIGN_WAIT``): if the partition comes back here, the consumer keeps its
+        position and never delivers the event again, so it is applied now (CI at b3c1869: a
+        batch of 384 URLs delivered between a revoke and the assignment that gave its partition
+        back was dropped, and never crawled). Another owner reads it again from the committed
+        offset; an event applied twice is acknowledged, not applied again (``_applied_before``)."""
         owned = self._owned.get(p)
         if owned is not None:
             return owned
+        if p not in self._restoring and not self._assignment.is_set():
+            try:
+                await asyncio.wait_for(self._assignment.wait(), REASSIGN_WAIT)
+            except TimeoutError:
+                return None
+            owned = self._owned.get(p)
+            if owned is not None:
+                return owned
         task = self._restoring.get(p)
         if task is not None:
             await asyncio.wait({task})

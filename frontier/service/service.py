@@ -74,6 +74,8 @@ class FrontierService(Reporting, Lifecycle):
         self._ready: dict[int, asyncio.Event] = defaultdict(asyncio.Event)
         self._restoring: dict[int, asyncio.Task[None]] = {}
         self._assigned: set[int] = set()  # the partitions the group assigns here now
+        self._assignment = asyncio.Event()  # clear from a revoke until the group's next assignment
+        self._assignment.set()
         self._retaken: set[int] = set()  # fenced and taken back since the group last assigned
         self._dropping: set[asyncio.Task[None]] = set()
         self._replies: set[asyncio.Task[None]] = set()  # answers to URLFrontier gateways on their way
