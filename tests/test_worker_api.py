@@ -118,7 +118,9 @@ async def test_user_fetchers_report_what_the_built_in_reports_and_move_the_polic
         assert [said(fb) for fb in got] == expected, name
         for fb in got + builtin:
             wait = ROUTES[fb.lease][2]
-            assert wait <= fb.latency < wait + 0.2, (name, fb.lease, fb.latency, wait)
+            # the response's own time, not the job's hold nor its timeout (5 s); CI runs these tests
+            # at the lowest priority beside the timed lanes, where a 0.1 s route took 0.53 s
+            assert wait <= fb.latency < wait + 1.0, (name, fb.lease, fb.latency, wait)
             assert 0 < fb.sent_at <= fb.done_at, (name, fb)
         assert replay(got, latencies) == state, name
 
