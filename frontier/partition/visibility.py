@@ -57,7 +57,7 @@ class Visibility(Robots):
         if len(rows) < top:
             # the states cache's newest first (taken before the rows read them: a read moves a scope up)
             recent = list(itertools.islice(reversed(self._states), 2 * top))
-            rows += [self.scope_row(scope, now) for scope in recent if scope not in queued][: top - len(rows)]
+            rows += [self.scope_row(scope, now) for scope in [s for s in recent if s not in queued][: top - len(rows)]]
         return rows
 
     def scope_row(self, scope: str, now: float, queued: int | None = None, qid: QueueId | None = None) -> ScopeStatus:
