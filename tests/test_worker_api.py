@@ -23,7 +23,7 @@ from frontier.config import Config, ConfigError, WorkerConfig
 from frontier.core import policy
 from frontier.core.state import Done, ScopeState, Sent
 from tests.test_worker_jobs import FakeProducer, message, serving
-from topics.schemas import Feedback, Job, UrlItem
+from topics.schemas import Feedback, Job, Submission, UrlItem
 from workers.api import AlreadyReported, BlockingJob, LeasedJob, Outcome
 from workers.api.publishing import Publisher
 from workers.examples import background, partial, threaded_requests
@@ -147,6 +147,29 @@ async def test_skip_ends_the_url_with_a_skipped_page_and_no_request(site: str) -
     [fb] = producer.feedback()
     assert (fb.outcome, fb.sent_at, fb.status) == ("skipped", 0.0, 0)
     assert worker.jobs.gates[HOST].last_sent == 0.0, "no request went out: the host's last send is unchanged"
+    assert worker.jobs.tracker.open_count() == 0
+
+
+async def test_a_follow_up_that_does_not_encode_ends_its_job_as_an_error(site: str) -> None:
+    """A handler's follow-up whose meta the encoder refuses (issue 36) is lost, said and counted: the
+    job is reported as an error (never left to expire, to be fetched and refused forever); one whose
+    meta holds subclasses of str, int and float (lxml's link text) goes as their base types."""
+
+    class Text(str):
+        pass
+
+    async def follows(job: LeasedJob) -> Outcome:
+        return Outcome(status=200, headers={}, body=b"", follow_ups=[
+            Submission(url=site + "/a", meta={"text": Text("a link"), "n": True}),
+            Submission(url=site + "/b", meta={"thing": object()}),
+        ])  # fmt: skip
+
+    producer, worker = await run_with(Fetcher(follows), site, "/ok")
+    assert [(s.url, s.meta) for s in producer.submissions()] == [(site + "/a", {"text": "a link", "n": True})]
+    [fb] = producer.feedback()
+    assert fb.outcome == "error" and fb.error.startswith("follow_ups_not_published: 1 of 2"), fb
+    assert "object" in fb.error, fb.error
+    assert worker.jobs.reporter.metrics.unpublished._value.get() == 1
     assert worker.jobs.tracker.open_count() == 0
 
 

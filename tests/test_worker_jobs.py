@@ -243,11 +243,23 @@ async def test_no_feedback_when_not_even_the_error_page_is_published(
     assert producer.feedback() == [], "no feedback: the lease must expire so that the job comes back"
 
 
-async def test_no_feedback_when_a_follow_up_is_refused(site: Site, session: aiohttp.ClientSession) -> None:
-    site.routes["/"] = (200, HTML, b'<a href="/a">a</a>')
-    producer = FakeProducer(refuse=lambda topic, _value: "timed out" if topic.endswith("crawl.urls") else None)
-    await run_job(make_worker(producer), session, make_job(site.url("/"), follow=1))
-    assert len(producer.submissions()) == 1 and producer.feedback() == []
+async def test_a_refused_follow_up_ends_its_job_as_an_error_not_in_a_lease_that_expires(
+    site: Site, session: aiohttp.ClientSession
+) -> None:
+    """Kafka refusing a follow-up (issue 36): the page and the other follow-ups are out, the job is
+    reported as an error naming the reason, the loss counted; left to expire, the job would come
+    back, be fetched again and be refused again, forever."""
+    site.routes["/"] = (200, HTML, b'<a href="/a">a</a><a href="/big">b</a>')
+    producer = FakeProducer(refuse=lambda topic, value: "too big" if topic.endswith("crawl.urls") and b"/big" in value
+                            else None)  # fmt: skip
+    worker = make_worker(producer)
+    await run_job(worker, session, make_job(site.url("/"), follow=1))
+    assert sorted(s.url for s in producer.submissions()) == [site.url("/a"), site.url("/big")]  # both tried
+    assert [p.outcome for p in producer.pages()] == ["fetched"]
+    [fb] = producer.feedback()
+    assert fb.outcome == "error" and fb.status == 200, fb
+    assert fb.error.startswith("follow_ups_not_published: 1 of 2 (") and "too big" in fb.error, fb.error
+    assert worker.jobs.reporter.metrics.unpublished._value.get() == 1
 
 
 # -- item 6: whatever happens after the fetch ends in a report ---------------------------------------

@@ -361,7 +361,22 @@ class Status(msgspec.Struct, kw_only=True):
 
 T = TypeVar("T", bound=msgspec.Struct)
 
-_encoder = msgspec.json.Encoder()
+
+def _as_base(value: Any) -> Any:
+    """msgspec's hook for what it does not encode itself: a subclass of ``str``, ``int`` or
+    ``float`` (lxml's text results, a ``str`` subclass, are what Scrapy's link extractors give)
+    goes as its base type; anything else is refused, naming the type. (msgspec encodes ``dict``
+    and ``list`` subclasses as they are.)"""
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, int):
+        return int.__int__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    raise TypeError(f"Encoding objects of type {type(value).__name__} is unsupported")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_as_base)
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 
@@ -370,7 +385,18 @@ class SchemaError(ValueError):
 
 
 def encode(msg: msgspec.Struct) -> bytes:
+    """The record's JSON (TypeError when something in it cannot be encoded: see :func:`unencodable`)."""
     return _encoder.encode(msg)
+
+
+def unencodable(value: Any) -> str:
+    """Why :func:`encode` would refuse ``value`` inside a record ("" when it takes it): the check
+    that a record can go is the encoder itself, so the two never disagree."""
+    try:
+        _encoder.encode(value)
+    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+        return f"{type(exc).__name__}: {exc}"[:300]
+    return ""
 
 
 def decode(data: bytes, kind: type[T]) -> T:

@@ -121,6 +121,9 @@ class WorkerMetrics:
                           registry=self.registry)  # fmt: skip
         self.lag = Gauge("crawl_worker_consumer_lag", "jobs on crawl.jobs not yet consumed by this worker",
                          registry=self.registry)  # fmt: skip
+        self.unpublished = Counter("crawl_worker_follow_ups_unpublished",
+                                   "follow-ups (links, redirects, a spider's requests) Kafka did not take: lost, "
+                                   "their job reported as an error", registry=self.registry)  # fmt: skip
         for cls in FETCH_CLASSES:
             self.fetches.labels(cls, "page")
 

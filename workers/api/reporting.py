@@ -1,8 +1,9 @@
 """What a job's report becomes, in the protocol's order (docs/PROTOCOL.md): the page and its
 follow-ups, acknowledged; then the feedback that closes the lease. A page Kafka refuses becomes a
 small error page; when not even that goes out, no feedback (the lease expires, the job comes
-back). Also a skipped job's page and feedback, a hand-back, and the rejection of a job that
-does not decode.
+back). A follow-up Kafka refuses is lost, counted and said once: the job is reported as an error
+(never sent round again to be fetched and refused forever). Also a skipped job's page and
+feedback, a hand-back, and the rejection of a job that does not decode.
 
 :class:`Reporter` publishes only: before it is asked, the job has left its slot and its offset is
 committed as done (so the partition's next owner never fetches a job whose report landed);
@@ -151,8 +152,14 @@ class Reporter:
                 return
             page_out = True
             if problems := [p for p in followed if p]:
-                log.error("%s: %d of %d follow-ups not published (%s); no feedback: the lease expires and the "
-                          "job comes back", item.url, len(problems), len(subs), problems[0])  # fmt: skip
+                # never round again (a record Kafka refuses once, it refuses each time): the job is
+                # reported with the error, its page (if any) and the other follow-ups are out
+                self.metrics.unpublished.inc(len(problems))
+                reason = f"follow_ups_not_published: {len(problems)} of {len(subs)} ({problems[0]})"[:500]
+                log.error("%s: %s; the job is reported as an error", item.url, reason)
+                fb = self._feedback(leased, result, "error", error=reason)
+                fb.validators, fb.unchanged = validators, same
+                await self.publisher.report(fb)
                 return
             fb = self._feedback(leased, result, "error" if result.error else "fetched")
             fb.validators, fb.unchanged = validators, same

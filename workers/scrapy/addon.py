@@ -6,7 +6,10 @@ process at once and turns Scrapy's own copy off (saying so in the log): robots.t
 (``ROBOTSTXT_OBEY``: the frontier obeys it, fetched with the spider's User-Agent), AutoThrottle,
 ``DOWNLOAD_DELAY`` and the per-domain cap (the frontier paces each host from the server's signals),
 the duplicate filter (the crawl's seen set), ``RetryMiddleware`` (the frontier's backoff retries
-its backoff statuses and network errors). It refuses to start, with one line naming the setting, on what it
+its backoff statuses and network errors). A job is fetched at its http(s) URL only, so Scrapy's other
+download handlers (``data``, ``file``, ``ftp``, ``s3``) are off unless the project's
+``DOWNLOAD_HANDLERS`` names them, and a download is capped at ``worker.max_body_bytes`` unless the
+project set ``DOWNLOAD_MAXSIZE``. It refuses to start, with one line naming the setting, on what it
 cannot honour: a reactor other than asyncio's, or another scheduler.
 
 Settings it reads: ``CRAWL_FRONTIER_CONFIG`` (a TOML file; else the ``CRAWL__*`` environment and the
@@ -14,7 +17,9 @@ defaults), ``CRAWL_FRONTIER_CRAWL`` (the crawl; default the spider's name), ``CR
 (also publish each page on ``crawl.pages``; default off: a Scrapy project's output is its items),
 ``CRAWL_FRONTIER_REVISIT`` (every request fetched again: seconds, ``"adaptive"`` or ``"MIN:MAX"``,
 conditional once the page gave validators; a request's ``meta["frontier_revisit"]`` overrides it;
-default 0: once).
+default 0: once), ``CRAWL_FRONTIER_ALLOWED_PROXIES`` and ``CRAWL_FRONTIER_ALLOWED_BINDADDRESSES``
+(the ``proxy`` / ``bindaddress`` meta values a job's request may carry; default none: a job that
+names another is refused, as anyone who may write ``crawl.urls`` could have written it).
 """
 
 from __future__ import annotations
@@ -22,8 +27,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from scrapy.settings import BaseSettings
+from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
 
+from frontier.config import ConfigError, load
 from frontier.core.revisit import spec_of
 
 log = logging.getLogger("workers.scrapy")
@@ -33,6 +39,7 @@ DOWNLOADER_MW = "workers.scrapy.middleware.FrontierDownloaderMiddleware"
 SPIDER_MW = "workers.scrapy.middleware.FrontierSpiderMiddleware"
 ASYNCIO_REACTOR = "twisted.internet.asyncioreactor.AsyncioSelectorReactor"
 PRIORITY = "cmdline"  # above the project's and the spider's own settings: what is taken over stays so
+OTHER_SCHEMES = ("data", "file", "ftp", "s3")  # download handlers a job never needs (jobs are http(s))
 
 
 def refusal(settings: BaseSettings) -> str:
@@ -103,5 +110,19 @@ class FrontierAddon:
         smw = dict(settings.getdict("SPIDER_MIDDLEWARES"))
         smw[SPIDER_MW] = 1  # next to the engine: a callback's output as it leaves the spider's middlewares
         settings.set("SPIDER_MIDDLEWARES", smw, PRIORITY)
+        handlers = dict(settings.getdict("DOWNLOAD_HANDLERS"))
+        off = [scheme for scheme in OTHER_SCHEMES if scheme not in handlers]
+        handlers.update(dict.fromkeys(off, None))
+        settings.set("DOWNLOAD_HANDLERS", handlers, PRIORITY)
+        if off:
+            said.append(f"DOWNLOAD_HANDLERS: {', '.join(off)} off (a job is fetched at its http(s) URL only; "
+                        "a project that needs one names it in DOWNLOAD_HANDLERS)")  # fmt: skip
+        if (settings.getpriority("DOWNLOAD_MAXSIZE") or 0) <= SETTINGS_PRIORITIES["default"]:
+            try:
+                cap = load(settings.get("CRAWL_FRONTIER_CONFIG") or None).worker.max_body_bytes
+            except (ConfigError, OSError):
+                cap = 0  # the scheduler says what is wrong with the configuration
+            if cap:
+                take("DOWNLOAD_MAXSIZE", cap, "worker.max_body_bytes: a page is kept up to that size")
         for line in said:
             log.info("crawl-frontier add-on: %s", line)

@@ -42,7 +42,15 @@ from frontier.kafka import KafkaUnreachable
 from topics.schemas import Submission
 from workers.api import Jobs, LeasedJob, Outcome
 from workers.scrapy.closing import DoneWatch
-from workers.scrapy.requests import HANDED_BACK, JOB_KEY, PARENT_KEY, UnencodableRequest, to_request, to_submission
+from workers.scrapy.requests import (
+    HANDED_BACK,
+    JOB_KEY,
+    PARENT_KEY,
+    Allowed,
+    UnencodableRequest,
+    to_request,
+    to_submission,
+)
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -81,6 +89,15 @@ def crawl_config(settings: Any) -> Config:
     return load(path)
 
 
+def allowed(settings: Any) -> Allowed:
+    """What a job's request may ask beyond its URL, from the project's settings."""
+    return Allowed(
+        proxies=frozenset(settings.getlist("CRAWL_FRONTIER_ALLOWED_PROXIES")),
+        bindaddresses=frozenset(settings.getlist("CRAWL_FRONTIER_ALLOWED_BINDADDRESSES")),
+        max_size=settings.getint("DOWNLOAD_MAXSIZE", 0),
+    )
+
+
 def user_agent(spider: Spider, settings: Any) -> str:
     """The User-Agent the spider's requests send (``UserAgentMiddleware``: the spider's
     ``user_agent`` attribute, else ``USER_AGENT``)."""
@@ -111,6 +128,7 @@ class FrontierScheduler:
         self.unreachable = False
         self.warned_outside = False  # a download outside the frontier was said (once)
         self.download_timeout = self.settings.getfloat("DOWNLOAD_TIMEOUT", 180.0)
+        self.allowed = allowed(self.settings)
         _RUNS[crawler] = self
         crawler.signals.connect(self._opened, signal=signals.spider_opened)
 
@@ -244,9 +262,9 @@ class FrontierScheduler:
         assert self.jobs is not None and self.spider is not None
         async for leased in self.jobs:
             try:
-                request = to_request(leased.job, self.spider)
-            except Exception as exc:  # noqa: BLE001 - a job this spider cannot rebuild ends skipped, said
-                log.error("job %s (%s): cannot rebuild its Scrapy request: %s", leased.job.lease, leased.url, exc)
+                request = to_request(leased.job, self.spider, self.allowed)
+            except Exception as exc:  # noqa: BLE001 - a job this spider cannot (or will not) make ends skipped, said
+                log.error("job %s (%s): its Scrapy request is not made: %s", leased.job.lease, leased.url, exc)
                 await leased.skip(f"scrapy: {type(exc).__name__}: {exc}"[:500])
                 continue
             entry = Entry(leased, request)
