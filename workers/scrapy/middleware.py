@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from scrapy import Request
 from scrapy.exceptions import IgnoreRequest
@@ -27,6 +28,7 @@ from scrapy.http import Response
 from topics.schemas import NETWORK_ERRORS
 from workers.api import Outcome
 from workers.scrapy.requests import HANDED_BACK, JOB_KEY, PARENT_KEY, UnencodableRequest, check_request
+from workers.scrapy.resolver import blocked_recently
 from workers.scrapy.scheduler import Entry, FrontierScheduler, scheduler_of
 
 if TYPE_CHECKING:
@@ -115,6 +117,8 @@ class FrontierDownloaderMiddleware:
             entry.dropped = f"scrapy: dropped before download: {exception}"[:500]  # by a middleware: skipped
             return None
         kind = error_kind(exception)
+        if kind == "connect" and blocked_recently(urlsplit(request.url).hostname or ""):
+            kind = "blocked_address"  # the address check refused the answer (workers.scrapy.resolver)
         outcome = Outcome(error=kind, done_at=time.time(), links=[])
         if kind in NETWORK_ERRORS and entry.leased.job.retries_left > 0 and not request.meta.get("dont_retry"):
             run.conclude_now(entry, outcome)

@@ -41,6 +41,7 @@ from frontier.core.revisit import spec_of
 from frontier.kafka import KafkaUnreachable
 from topics.schemas import Submission
 from workers.api import Jobs, LeasedJob, Outcome
+from workers.api.safety import AddressPolicy
 from workers.scrapy.closing import DoneWatch
 from workers.scrapy.requests import (
     HANDED_BACK,
@@ -51,6 +52,7 @@ from workers.scrapy.requests import (
     to_request,
     to_submission,
 )
+from workers.scrapy.resolver import install as install_resolver
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -155,6 +157,7 @@ class FrontierScheduler:
             log.error("crawl-frontier: %s", exc)
             self.unreachable = True  # the spider closes once open (see _opened): one line, no traceback
             return
+        install_resolver(self.settings, AddressPolicy(cfg.worker.allow_networks, cfg.worker.block_private))
         self.jobs = Jobs(cfg, crawl=self.crawl, name=name)
         await self.jobs.start()
         self.watch = DoneWatch(client, self.crawl, self.busy)
