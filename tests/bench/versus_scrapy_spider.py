@@ -20,7 +20,11 @@ disallowed paths fetched, gaps under the Crawl-delay; and the items written agai
 expected, the wall time of the ``scrapy crawl`` processes. The Kafka echo ceiling (benchmark 1)
 and the load average are printed as calibration.
 
-    python -m tests.bench.versus_scrapy_spider [--smoke | --full] [--bootstrap HOST:PORT] [--workdir DIR]
+``--spider rules`` runs the project's ``CrawlSpider`` instead (spider ``rules``: the same bookshop
+through ``Rule`` / ``LinkExtractor``, as most Scrapy users write a site crawl), the three ways.
+
+    python -m tests.bench.versus_scrapy_spider [--smoke | --full] [--spider books|rules] [--bootstrap HOST:PORT]
+        [--workdir DIR]
 """
 
 from __future__ import annotations
@@ -73,16 +77,16 @@ RUNS = (
 
 
 class Spiders:
-    """``scrapy crawl books`` processes of the example project, each with its own items file and log."""
+    """``scrapy crawl SPIDER`` processes of the example project, each with its own items file and log."""
 
-    def __init__(self, workdir: Path, starts: list[str], config: Path | None) -> None:
-        self.workdir, self.starts, self.config = workdir, ",".join(starts), config
+    def __init__(self, workdir: Path, starts: list[str], config: Path | None, spider: str = "books") -> None:
+        self.workdir, self.starts, self.config, self.spider = workdir, ",".join(starts), config, spider
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.exited: dict[str, float] = {}
 
     def start(self, name: str) -> None:
         log = open(self.workdir / f"{name}.log", "ab")  # the child owns it
-        cmd = [sys.executable, "-m", "scrapy", "crawl", "books", "-a", f"start_urls={self.starts}",
+        cmd = [sys.executable, "-m", "scrapy", "crawl", self.spider, "-a", f"start_urls={self.starts}",
                "-s", f"BOOKSHOP_ITEMS={self.workdir / f'{name}.jsonl'}", "-s", "LOG_LEVEL=INFO"]  # fmt: skip
         # plain Scrapy: the project's settings without its add-on; else the add-on on this frontier
         cmd += ["-s", f"CRAWL_FRONTIER_CONFIG={self.config}"] if self.config else ["-s", "ADDONS={}"]
@@ -189,9 +193,11 @@ def frontier(bootstrap: str, workdir: Path, timeout: float) -> Iterator[Stack]:
         stack.stop_all()
 
 
-def crawl(run: Run, fleet: BookshopFleet, workdir: Path, stack: Stack | None, timeout: float) -> dict[str, Any]:
+def crawl(run: Run, fleet: BookshopFleet, workdir: Path, stack: Stack | None, timeout: float,
+          spider: str = "books") -> dict[str, Any]:  # fmt: skip
     """Run the spiders to completion (or ``timeout``); what the processes said."""
-    spiders = Spiders(workdir, [fleet.start_url(h) for h in fleet.limits], stack.config_path if stack else None)
+    starts = [fleet.start_url(h) for h in fleet.limits]
+    spiders = Spiders(workdir, starts, stack.config_path if stack else None, spider)
     started = time.time()
     try:
         for i in range(run.processes):
@@ -230,7 +236,7 @@ def crawl(run: Run, fleet: BookshopFleet, workdir: Path, stack: Stack | None, ti
 
 
 def bench_run(run: Run, bootstrap: str, per_kind: int, pages: int, workdir: Path, timeout: float,
-              calibration: dict[str, Any]) -> None:  # fmt: skip
+              calibration: dict[str, Any], spider: str = "books") -> None:  # fmt: skip
     workdir.mkdir(parents=True)
     limits = [limits_of(kind) for kind in KINDS for _ in range(per_kind)]
     load = round(os.getloadavg()[0], 2)
@@ -239,15 +245,15 @@ def bench_run(run: Run, bootstrap: str, per_kind: int, pages: int, workdir: Path
     try:
         if run.addon:
             with frontier(bootstrap, workdir / "stack", timeout) as stack:
-                said = crawl(run, fleet, workdir, stack, timeout)
+                said = crawl(run, fleet, workdir, stack, timeout, spider)
         else:
-            said = crawl(run, fleet, workdir, None, timeout)
+            said = crawl(run, fleet, workdir, None, timeout, spider)
     finally:
         fleet.stop()
     got: Counter[str] = said.pop("got")
     sites = {host: site_figures(fleet, host, got) for host in fleet.limits}
-    common = {"run": run.name, "crawler": run.crawler, "processes": run.processes, "sites_per_kind": per_kind,
-              "catalogue_pages": pages}  # fmt: skip
+    common = {"run": run.name, "crawler": run.crawler, "spider": spider, "processes": run.processes,
+              "sites_per_kind": per_kind, "catalogue_pages": pages}  # fmt: skip
     for kind in KINDS:
         figures = sum_up([f for host, f in sites.items() if fleet.limits[host].kind == kind])
         report(BENCH, **common, kind=kind, **figures)
@@ -260,6 +266,8 @@ def bench_run(run: Run, bootstrap: str, per_kind: int, pages: int, workdir: Path
 def main() -> None:
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("--workdir", default="", help="keep the spiders' logs and items here (default: a temporary dir)")
+    p.add_argument("--spider", choices=("books", "rules"), default="books",
+                   help="the example project's spider: books (callbacks) or rules (a CrawlSpider)")  # fmt: skip
     args = p.parse_args()
     per_kind = size(args, smoke=1, default=2, full=4)
     pages = size(args, smoke=3, default=20, full=20)  # catalogue pages a site: 5 pages each (1 + 4 books)
@@ -270,7 +278,7 @@ def main() -> None:
         calibration = {"kafka_echo_per_s": round(echo_loop(bootstrap, n))}
         report(f"{BENCH}_calibration", messages=n, load_1min=round(os.getloadavg()[0], 2), **calibration)
         for run in RUNS:
-            bench_run(run, bootstrap, per_kind, pages, root / run.name, timeout, calibration)
+            bench_run(run, bootstrap, per_kind, pages, root / run.name, timeout, calibration, args.spider)
 
 
 if __name__ == "__main__":
