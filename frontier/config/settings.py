@@ -172,6 +172,8 @@ class FrontierConfig:
     seen_retention: float = 30 * 86400.0  # a seen URL is forgotten this long after it was last seen/fetched; 0: never
     ip_scope: bool = False  # hosts that resolve to one IPv4/IPv6 address share one politeness scope (router resolves)
     embedded_router: bool = True  # route crawl.urls in this process; false: run `crawl-frontier router`
+    hold_max: float = 3600.0  # a job held in a client's hands (GetURLs' delay_requestable) at most this long
+    block_max: float = 30 * 86400.0  # a scope blocked (BlockQueueUntil, a block command) at most this long
 
     def validate(self) -> None:
         _check_ranges(self, FRONTIER_RANGES, "frontier")
@@ -193,6 +195,8 @@ FRONTIER_RANGES = {
     "status_interval": Range(0, 3600, lo_open=True),
     "web_port": PORT,
     "seen_retention": Range(0, 10 * 365 * DAY),
+    "hold_max": Range(0, 30 * DAY, lo_open=True),
+    "block_max": Range(0, 365 * DAY, lo_open=True),
 }
 
 

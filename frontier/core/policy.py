@@ -30,10 +30,13 @@ lines: what is left is the order in which THROTTLING.md's rules combine, which r
 
 from __future__ import annotations
 
+import dataclasses
+
 import msgspec
 
 from frontier.config import ScopeSettings
 from frontier.core import adapt, budget
+from frontier.core.caps import capped_seconds
 from frontier.core.causes import Cause
 from frontier.core.headers import RateLimit, gate_seconds, ratelimit
 from frontier.core.state import Decision, Done, Event, Lost, Robots, ScopeState, Sent
@@ -253,6 +256,8 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
     # Hard gates: Retry-After (trigger responses only) or RateLimit remaining=0.
     gate = gate_seconds(ev.status, ev.headers, trigger, now)
     rl = ratelimit(ev.headers, now)
+    if rl is not None and rl.reset > s.gate_max:  # a reset from outside: at most gate_max away (frontier.core.caps)
+        rl = dataclasses.replace(rl, reset=capped_seconds(rl.reset, s.gate_max))
     if gate is not None:
         seconds, why = gate
         if rl is not None and rl.remaining == 0 and why.startswith("RateLimit") and state.srv_seen > 0:

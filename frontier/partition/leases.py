@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 
 from frontier.core import policy
+from frontier.core.caps import capped_until
 from frontier.core.retries import in_outage, retries_left
 from frontier.core.robots import origin
 from frontier.partition.keys import lease_key, queue_id, queue_of, queue_prefix, scope_queue
@@ -104,7 +105,7 @@ class Leases(Robots, Revisits):
             return False
         item = lease.item
         if fb.outcome == "held":  # in a client's hands until then: the lease lasts as long
-            self.hold(fb.lease, fb.held_until)
+            self.hold(fb.lease, capped_until(fb.held_until, now, self.settings.hold_max))
             return True
         if fb.outcome == "expired" and lease.held_until > now:
             self.stats.stale_feedback += 1  # its job read again (a gateway restarted): the client still has it

@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 import msgspec
 
+from frontier.core.caps import capped_until
 from frontier.partition.keys import (
     LEASE,
     QueueId,
@@ -133,7 +134,8 @@ class Recorded(Leases):
         """A deletion (the queue's URLs, ``key``, the whole crawl's, or with ``purge`` those first
         recorded before ``until``) or a hold (leases handed out to a client until ``until``)."""
         if query.kind == "hold":
-            held = [lease for lease in query.leases if self.hold_in_turn(lease, query.until, now)]
+            until = capped_until(query.until, now, self.settings.hold_max)
+            held = [lease for lease in query.leases if self.hold_in_turn(lease, until, now)]
             return Reply(id=query.id, partition=self.partition, counts={"held": len(held)}, leases=held)
         if query.kind == "delete_crawl":
             removed = self._delete_crawl(query.crawl, now)

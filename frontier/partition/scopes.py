@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import msgspec
+
 from frontier.config import ScopeSettings
 from frontier.core import policy
+from frontier.core.caps import capped_until
 from frontier.core.causes import Cause
 from frontier.core.control import Override, covers, updated
 from frontier.partition.crawls import Crawls
@@ -86,6 +89,8 @@ class Scopes(Crawls):
         name = cmd.scope
         if cmd.action == "drop":
             return self._drop(name, now)
+        if cmd.action == "block" and cmd.until:
+            cmd = msgspec.structs.replace(cmd, until=capped_until(cmd.until, now, self.settings.block_max))
         new = updated(self._overrides.get(name, Override()), cmd)
         if name not in self._overrides and not new.empty() and len(self._overrides) >= MAX_OVERRIDES:
             raise Refused(f"{len(self._overrides)} scope overrides in partition {self.partition} already "
