@@ -109,14 +109,18 @@ class WarcFiles:
     def _records(self, writer: WARCWriter, page: Page) -> tuple[object, object]:
         date = _warc_date(page.fetched_at)
         parts = urlsplit(page.url)
-        target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        target = _one_line((parts.path or "/") + (f"?{parts.query}" if parts.query else ""), space="%20")
         asked = [("Host", parts.netloc), ("User-Agent", self.user_agent), ("Accept-Encoding", "gzip, deflate")]
-        asked += [(k, str(v)) for k, v in (page.meta.get("sent_headers") or {}).items()]
+        sent = page.meta.get("sent_headers")
+        asked += [(str(k), str(v)) for k, v in (sent.items() if isinstance(sent, dict) else ())]
+        asked = [(_name(k), _one_line(v)) for k, v in asked]
         request_headers = StatusAndHeaders(f"GET {target} HTTP/1.1", asked, is_http_request=True)
         request = writer.create_warc_record(page.url, "request", payload=io.BytesIO(b""), length=0,
                                             http_headers=request_headers,
                                             warc_headers_dict={"WARC-Date": date})  # fmt: skip
-        headers = [(f"X-Crawler-{k}" if k.lower() in RENAMED else k, v) for k, v in page.headers.items()]
+        headers = [
+            (_name(f"X-Crawler-{k}" if k.lower() in RENAMED else k), _one_line(v)) for k, v in page.headers.items()
+        ]
         headers.append(("Content-Length", str(len(page.body))))
         response_headers = StatusAndHeaders(f"{page.status} {_reason(page.status)}", headers, protocol="HTTP/1.1")
         extra = {"WARC-Date": date, "WARC-Concurrent-To": request.rec_headers.get_header("WARC-Record-ID")}
@@ -148,6 +152,18 @@ class WarcFiles:
                                             warc_headers_dict=headers)  # fmt: skip
         request.rec_headers.replace_header("WARC-Concurrent-To", revisit.rec_headers.get_header("WARC-Record-ID"))  # type: ignore[attr-defined]
         return request, revisit
+
+
+def _one_line(value: str, space: str = " ") -> str:
+    """A header value (or request target) as one line: CR, LF and the other control characters,
+    which would start a header of their own in the record, become ``space``. The values come from
+    a submitter's meta (``sent_headers``) and from the sites: anyone's."""
+    return "".join(space if ch < " " or ch == "\x7f" or (space != " " and ch == " ") else ch for ch in value)
+
+
+def _name(name: str) -> str:
+    """A header name as a token: anything else (controls, separators, spaces) becomes ``-``."""
+    return "".join(ch if ch.isascii() and (ch.isalnum() or ch in "!#$%&'*+-.^_`|~") else "-" for ch in name) or "-"
 
 
 def _warc_date(epoch: float) -> str:

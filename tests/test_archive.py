@@ -89,3 +89,20 @@ def test_files_rotate_by_size_and_each_record_is_its_own_gzip_member(tmp_path: P
 def test_a_size_that_is_not_positive_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="positive"):
         WarcFiles(tmp_path, UA, max_bytes=0)
+
+
+def test_header_values_from_a_submitter_or_a_site_cannot_add_lines_to_a_record(tmp_path: Path) -> None:
+    """A submitter's ``sent_headers`` meta and a page's headers are anyone's: CR/LF in a value (or
+    a name) would start a header of its own in the WARC record (issue 37). They stay one line."""
+    page = Page(url="http://127.0.0.9:8080/p", status=200, body=b"ok", fetched_at=1.0,
+                meta={"sent_headers": {"X-Note": "a\r\nX-Injected: 1", "Bad\r\nName": "v"}},
+                headers={"x-site": "b\nX-Forged: 2", "content-type": "text/html"})  # fmt: skip
+    with WarcFiles(tmp_path, UA) as warc:
+        warc.write(page)
+    records = _records(warc.files)
+    request, response = records[1][1], records[2][1]
+    asked = request.http_headers  # type: ignore[attr-defined]
+    told = response.http_headers  # type: ignore[attr-defined]
+    assert asked.get_header("X-Injected") is None and told.get_header("X-Forged") is None
+    assert asked.get_header("X-Note") == "a  X-Injected: 1" and told.get_header("x-site") == "b X-Forged: 2"
+    assert asked.get_header("Bad--Name") == "v"

@@ -30,6 +30,11 @@ from workers.api.safety import AddressPolicy, SafeConnector
         ("fd00:ec2::254", False),  # AWS metadata over IPv6
         ("::ffff:127.0.0.1", False),  # IPv4-mapped loopback
         ("::ffff:93.184.216.34", True),
+        ("2002:a9fe:a9fe::1", False),  # 6to4 of 169.254.169.254 (issue 37)
+        ("2002:7f00:1::", False),  # 6to4 of 127.0.0.1
+        ("2002:5db8:d822::1", True),  # 6to4 of 93.184.216.34
+        ("2001:0:4136:e378:8000:63bf:80ff:fffe", False),  # Teredo whose client is 127.0.0.1
+        ("2001:0:4136:e378:8000:63bf:a2ff:fffe", False),  # Teredo is special-purpose anyway (2001::/23)
         ("not-an-ip", False),
     ],
 )
@@ -41,6 +46,7 @@ def test_allow_list_opens_only_what_it_names() -> None:
     policy = AddressPolicy(allow=["127.0.0.0/8"])
     assert policy.allowed("127.0.0.5") and not policy.allowed("10.0.0.1") and not policy.allowed("169.254.169.254")
     assert AddressPolicy(block_private=False).allowed("10.0.0.1")
+    assert policy.allowed("::ffff:127.0.0.5")  # the IPv4 host it is
 
 
 async def test_fetch_is_blocked_then_allowed_by_configuration(caplog: pytest.LogCaptureFixture) -> None:

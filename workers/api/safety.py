@@ -4,7 +4,8 @@ Checked on the addresses a host *resolves to* (and on IP literals), inside the c
 connection goes only to addresses that passed the check (no DNS-rebinding gap), and every
 redirect hop is checked again. Blocked unless explicitly allowed by ``worker.allow_networks``:
 private (RFC 1918, ULA), loopback, link-local (incl. cloud metadata 169.254.169.254),
-multicast, reserved, unspecified, shared (100.64/10), and IPv4-mapped forms of those.
+multicast, reserved, unspecified, shared (100.64/10), and the IPv6 addresses that carry one of
+those IPv4 addresses (IPv4-mapped, 6to4 ``2002::/16``, Teredo ``2001::/32``).
 """
 
 from __future__ import annotations
@@ -38,12 +39,19 @@ class AddressPolicy:
             ip = ipaddress.ip_address(address.split("%", 1)[0])  # drop an IPv6 zone id
         except ValueError:
             return False
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
         if any(ip in net for net in self.allow):
             return True
         if not self.block_private:
             return True
+        if isinstance(ip, ipaddress.IPv6Address):
+            # an IPv4 address inside an IPv6 one reaches that IPv4 host: mapped (::ffff:a.b.c.d) is that
+            # host; 6to4 (2002:AABB:CCDD::, through a relay) and Teredo (2001:0::/32, its client) must
+            # pass as the IPv4 address they carry too
+            if ip.ipv4_mapped is not None:
+                return self.allowed(str(ip.ipv4_mapped))
+            carried = [ip.sixtofour, ip.teredo[1] if ip.teredo else None]
+            if not all(self.allowed(str(a)) for a in carried if a is not None):
+                return False
         special = (
             ip.is_private or ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_reserved
             or ip.is_unspecified or (ip.version == 4 and ip in _CGNAT)
