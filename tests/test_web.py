@@ -141,6 +141,17 @@ async def test_without_a_token_everything_is_open_on_loopback() -> None:
         assert service.watched == ["a.test"]
 
 
+async def test_without_a_token_a_host_that_is_not_loopback_is_refused() -> None:
+    """DNS rebinding (issue 37): a page of evil.example whose name now points at 127.0.0.1 asks
+    with ``Host: evil.example``; loopback names and addresses, with or without a port, pass."""
+    async with TestClient(TestServer(build_web(StatusHistory(), FakeService()), host="127.0.0.1")) as client:
+        for host in ("evil.example", "evil.example:8080", "10.0.0.1", "127.0.0.1.evil.example"):
+            resp = await client.get("/api/status", headers={"Host": host})
+            assert resp.status == 421, (host, resp.status)
+        for host in ("localhost", "localhost:7070", "127.0.0.1:7070", "127.5.6.7", "[::1]:7070"):
+            assert (await client.get("/api/status", headers={"Host": host})).status == 200, host
+
+
 # -- read-only GETs, commands by POST --------------------------------------------------------------
 async def test_history_is_read_only_and_checks_the_scope(page: Any) -> None:
     client, service, feed = page

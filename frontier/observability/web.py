@@ -11,7 +11,9 @@ Access: with ``frontier.web_token`` set, everything but ``/healthz`` and ``/metr
 ``Authorization: Bearer TOKEN`` or HTTP basic auth with the token as the password (any user
 name; a browser asks for it: the 401 carries ``WWW-Authenticate: Basic``). The frontier refuses
 to start (:func:`check_exposure`) when the server listens on a non-loopback address without a
-token of at least :data:`MIN_TOKEN_CHARS` characters. A POST must carry a JSON body, or a form
+token of at least :data:`MIN_TOKEN_CHARS` characters; without a token (so on loopback), a request
+whose ``Host`` is not a loopback name or address is refused (421), so a site whose name an
+attacker points at 127.0.0.1 (DNS rebinding) cannot read it from a browser. A POST must carry a JSON body, or a form
 with a bearer token: a cross-site form can send neither (a basic-auth browser session would
 otherwise lend it its credentials); a POST whose ``Origin`` is not this server is refused.
 
@@ -62,6 +64,16 @@ def is_loopback(bind: str) -> bool:
         return False
 
 
+def loopback_host(host: str) -> bool:
+    """Is a request's ``Host`` (with or without its port) a name of this machine's loopback?"""
+    name = host.strip().lower()
+    if name.startswith("["):  # [::1]:8080
+        name = name[1:].split("]", 1)[0]
+    elif name.count(":") == 1:
+        name = name.split(":", 1)[0]
+    return name in ("localhost", "localhost.") or is_loopback(name)
+
+
 def check_exposure(cfg: FrontierConfig) -> None:
     """Refuse (ConfigError, one line) a web server on a non-loopback address without a token."""
     if not cfg.web_port or is_loopback(cfg.web_bind):
@@ -98,6 +110,9 @@ def build_web(feed: StatusHistory, service: Any, token: str = "") -> web.Applica
 
     @web.middleware
     async def guard(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> Any:
+        if not token and not loopback_host(request.host):  # (without a token the server is on loopback)
+            return _error(421, f"Host {request.host[:100]!r} is not this machine's loopback: refused (a page of "
+                          "another site whose name now points here, DNS rebinding, would read it)")  # fmt: skip
         if token and request.path not in OPEN_PATHS and not authorized(request.headers.get("Authorization", ""), token):
             return _error(401, "the token is needed: Authorization: Bearer TOKEN, or basic auth with it as the "
                           "password", {"WWW-Authenticate": REALM})  # fmt: skip
