@@ -86,3 +86,27 @@ def test_a_block_lasts_at_most_block_max() -> None:
     f.ingest([item("http://a.test/1")], T0)
     assert not jobs(f, T0 + SETTINGS.block_max - 1)
     assert [j.item.url for j in jobs(f, T0 + SETTINGS.block_max + 1)] == ["http://a.test/1"]
+
+
+def test_a_partition_keeps_at_most_max_crawls_and_says_why_it_left_a_url_out() -> None:
+    """Each crawl name is a changelogged record in every partition (issue 37): a producer naming a
+    new crawl per record would grow them without end. Past ``frontier.max_crawls`` a URL of a new
+    crawl is left out with the reason (the service puts it on ``crawl.rejected``), a crawl command
+    naming a new crawl is refused; known crawls and the default one go on."""
+    from dataclasses import replace as dc_replace
+
+    from frontier.core.kv import MemoryKV
+    from frontier.partition import PartitionFrontier
+    from frontier.partition.records import Refused
+    from tests.test_urlfrontier import THROTTLE
+
+    f = PartitionFrontier(0, MemoryKV(), dc_replace(SETTINGS, max_crawls=2), THROTTLE, lambda k, v: None)
+    assert f.ingest([item("http://a.test/1", crawl="one"), item("http://a.test/2", crawl="two")], T0) == 2
+    assert f.refused == []
+    taken = f.ingest([item("http://a.test/3", crawl="three"), item("http://a.test/4", crawl="one"),
+                      item("http://a.test/5")], T0)  # fmt: skip
+    assert taken == 2 and [i for i, _ in f.refused] == [0], f.refused
+    assert "too many crawls" in f.refused[0][1] and "'three'" in f.refused[0][1]
+    with pytest.raises(Refused, match="too many crawls"):
+        f.control(ControlCommand(action="pause", crawl="four"), T0)
+    f.control(ControlCommand(action="pause", crawl="one"), T0)  # a known crawl: applied

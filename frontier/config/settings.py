@@ -174,6 +174,7 @@ class FrontierConfig:
     embedded_router: bool = True  # route crawl.urls in this process; false: run `crawl-frontier router`
     hold_max: float = 3600.0  # a job held in a client's hands (GetURLs' delay_requestable) at most this long
     block_max: float = 30 * 86400.0  # a scope blocked (BlockQueueUntil, a block command) at most this long
+    max_crawls: int = 1000  # crawls a partition keeps (each a changelogged record); a new one past it is rejected
 
     def validate(self) -> None:
         _check_ranges(self, FRONTIER_RANGES, "frontier")
@@ -197,6 +198,7 @@ FRONTIER_RANGES = {
     "seen_retention": Range(0, 10 * 365 * DAY),
     "hold_max": Range(0, 30 * DAY, lo_open=True),
     "block_max": Range(0, 365 * DAY, lo_open=True),
+    "max_crawls": Range(1, 100_000, integer=True),
 }
 
 

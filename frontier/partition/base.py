@@ -17,6 +17,7 @@ from frontier.core.robots import Rules, agent_token
 from frontier.core.scheduler import Scheduler
 from frontier.partition.keys import SWEEP_SLICES, QueueId
 from frontier.partition.records import ChangeHook, Changelog, CrawlRecord, Stats
+from topics.schemas import DEFAULT_CRAWL
 
 
 @dataclass
@@ -76,6 +77,7 @@ class PartitionBase:
         # while their crawl is paused or has no worker
         self._crawls: dict[str, CrawlRecord] = {}
         self._crawls_dirty: set[str] = set()
+        self.refused: list[tuple[int, str]] = []  # items of the last ingest left out, and why (rejected)
         self._crawl_queued: Counter[str] = Counter()
         self._crawl_inflight: Counter[str] = Counter()
         self._groups: dict[QueueId, set[QueueId]] = {}  # default crawl's queue id → other crawls' queues of its scopes
@@ -87,6 +89,15 @@ class PartitionBase:
         # the crawls that have a worker (the service says; None: every crawl, as without a service):
         # any other crawl waits, a new one too until the service has seen its workers
         self.served_crawls: frozenset[str] | None = None
+
+    def new_crawl_refused(self, name: str) -> str:
+        """Why a record of crawl ``name`` may not make the crawl here ("" when it may): a partition
+        keeps at most ``frontier.max_crawls`` crawls (each a changelogged record, in every
+        partition), so a producer naming a new crawl per record cannot grow them without end."""
+        if name in self._crawls or name == DEFAULT_CRAWL or len(self._crawls) < self.settings.max_crawls:
+            return ""
+        return (f"too many crawls: partition {self.partition} has {len(self._crawls)} (frontier.max_crawls); "
+                f"crawl {name[:64]!r} not made (drop finished crawls with --forget, or raise the setting)")  # fmt: skip
 
     def _crawl(self, name: str) -> CrawlRecord:
         """The crawl's record here (made when it first appears), marked to be saved with the

@@ -36,7 +36,7 @@ from frontier.partition.keys import (
     seen_key,
 )
 from frontier.partition.queues import Queues
-from frontier.partition.records import encoder, item_dec, lease_dec
+from frontier.partition.records import Refused, encoder, item_dec, lease_dec
 from topics.schemas import DEFAULT_CRAWL, ControlCommand, CrawlStatus, UrlItem
 
 REVISIT_LOOK = 500  # V entries a status snapshot looks at, at most, for each crawl's next revisit
@@ -124,6 +124,8 @@ class Crawls(Queues):
     # -- commands -------------------------------------------------------------------------------------
     def crawl_control(self, cmd: ControlCommand, now: float) -> int:
         """Apply a crawl command here; return the queued URLs it dropped (drop) or 0."""
+        if refused := self.new_crawl_refused(cmd.crawl):
+            raise Refused(refused)
         record = self._crawl(cmd.crawl)
         if cmd.action == "pause":
             record.paused = True

@@ -67,9 +67,15 @@ class PartitionFrontier(Recorded, Visibility):
     def ingest(self, items: Iterable[UrlItem], now: float, encoded: Sequence[bytes] = ()) -> int:
         """Queue every URL not seen before (or seen and not open, with ``recrawl``); apply
         ``forget`` items; return how many were queued. ``encoded[i]``, when given, is ``items[i]``
-        as the router encoded it: queued as it is (the item is not encoded again on its way)."""
+        as the router encoded it: queued as it is (the item is not encoded again on its way). An
+        item of a new crawl past ``frontier.max_crawls`` is left out: its index and the reason are
+        in ``refused`` afterwards."""
         accepted = 0
+        self.refused = []
         for i, item in enumerate(items):
+            if refused := self.new_crawl_refused(item.crawl):
+                self.refused.append((i, refused))  # the service puts it on crawl.rejected
+                continue
             if item.key and item.refetch_at is not None:
                 self._known(item, now)  # a URLFrontier client's update: decided, not queued
                 continue

@@ -165,6 +165,9 @@ class FrontierService(Reporting, Lifecycle):
             return
         items, encoded = await self._decode_items(p, batch, event)
         owned.frontier.ingest(items, self.clock(), encoded)
+        for i, reason in owned.frontier.refused:  # (a new crawl past frontier.max_crawls)
+            offset = getattr(getattr(event, "message", None), "offset", -1)
+            await self._reject(f"URL not queued: {reason}"[:500], encoded[i], self.topics.bydomain, p, offset)
         self._note(owned, URLS, event)
         self._mark(p, owned, (event,))
         self._wake.set()
