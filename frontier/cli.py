@@ -374,6 +374,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 
 def cmd_urlfrontier(args: argparse.Namespace) -> int:
+    from workers.urlfrontier.security import check_exposure
     from workers.urlfrontier.server import run_gateway
 
     cfg = _config(args)
@@ -383,6 +384,7 @@ def cmd_urlfrontier(args: argparse.Namespace) -> int:
                      bind=args.bind if args.bind is not None else gw.bind)  # fmt: skip
         gw.validate()
         cfg = replace(cfg, urlfrontier=gw)
+    check_exposure(cfg.urlfrontier)  # no gateway off loopback that anyone may call: one line, exit status 2
     logging.basicConfig(level=args.loglevel.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     kafka = _kafka(cfg, wait=SERVICE_WAIT)
     _check_topic_limits(cfg, kafka)
@@ -526,7 +528,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     g = command("urlfrontier", "serve the URLFrontier gRPC API (crawler-commons 2.6) over the frontier")
     g.add_argument("--port", type=int, default=None, help="listen on this port (default: urlfrontier.port, 7071)")
-    g.add_argument("--bind", default=None, help="listen on this address (default: urlfrontier.bind, 127.0.0.1)")
+    g.add_argument("--bind", default=None, help="listen on this address (default: urlfrontier.bind, 127.0.0.1; "
+                   "beyond loopback it needs urlfrontier.token, tls_client_ca or allow_clients)")  # fmt: skip
     g.add_argument("--loglevel", default="info", choices=["debug", "info", "warning", "error"])
     g.set_defaults(func=cmd_urlfrontier)
 

@@ -39,8 +39,14 @@ def _section(data: Mapping[str, Any], cls: type[Any], where: str) -> Any:
         if expected is float and isinstance(value, int) and not isinstance(value, bool):
             continue
         if expected in (int, float, str, bool) and (type(value) is not expected):
-            raise ConfigError(f"{where}.{key}: expected {expected.__name__}, got {value!r}")
+            shown = f"a {type(value).__name__} (not shown: a secret)" if _secret(key) else repr(value)
+            raise ConfigError(f"{where}.{key}: expected {expected.__name__}, got {shown}")
     return cls(**data)
+
+
+def _secret(key: str) -> bool:
+    """A key whose value is never printed (a token, a password)."""
+    return any(word in key for word in ("token", "password", "secret"))
 
 
 def _number(value: Any, where: str) -> float:
@@ -194,7 +200,9 @@ def merge_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
     Nested keys take more ``__`` (``CRAWL__THROTTLE__AUTOTHROTTLE__START_DELAY=0``); values are
     read as TOML values (``8``, ``true``, ``["a", "b"]``) and otherwise as strings. Under
     ``kafka.extra`` an underscore stands for a dot: ``CRAWL__KAFKA__EXTRA__SASL_PASSWORD`` sets
-    ``sasl.password``. Scope tables cannot be set this way (their names have dots).
+    ``sasl.password``. Scope tables cannot be set this way (their names have dots). A key that
+    holds text (a token, an address, a ``kafka.extra`` value) takes the variable as it is: a token
+    ``0x1F`` or ``12345`` stays that string.
     """
     out: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v) for k, v in data.items()}
     for name, raw in sorted(env.items()):
@@ -204,7 +212,7 @@ def merge_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
         if path[:2] == ["kafka", "extra"] and len(path) == 3:
             path[2] = path[2].replace("_", ".")
         try:
-            value: Any = tomllib.loads(f"v = {raw}")["v"]
+            value: Any = raw if _text_key(path) else tomllib.loads(f"v = {raw}")["v"]
         except tomllib.TOMLDecodeError:
             value = raw
         node = out
@@ -216,3 +224,15 @@ def merge_env(data: dict[str, Any], env: Mapping[str, str]) -> dict[str, Any]:
             node = child
         node[path[-1]] = value
     return out
+
+
+def _text_key(path: list[str]) -> bool:
+    """Does ``section.key`` (lower case) name a key whose value is a string?"""
+    if path[:2] == ["kafka", "extra"]:
+        return len(path) == 3
+    node: Any = ScopeSettings() if path[:1] == ["throttle"] else Config()
+    for part in path[1:] if path[:1] == ["throttle"] else path:
+        if not hasattr(node, "__dataclass_fields__") or part not in node.__dataclass_fields__:
+            return False
+        node = getattr(node, part)
+    return isinstance(node, str)

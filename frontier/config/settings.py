@@ -261,9 +261,44 @@ class UrlFrontierConfig:
     # a crawl no GetURLs asked for this long: its jobs go back to the frontier as they come (each holds
     # its host's slot, for every crawl, while it waits in the gateway)
     unasked: float = 5.0
+    # who may call (docs/URLFRONTIER.md, "Security"): a bearer token in each call's metadata
+    # (``authorization: Bearer TOKEN``), given here (from a secret: CRAWL__URLFRONTIER__TOKEN) or
+    # as the first line of a file (a mounted Kubernetes secret); never shown in a repr or an error
+    token: str = field(default="", repr=False)
+    token_file: str = ""
+    tls_cert: str = ""  # PEM certificate (chain) of the gateway: TLS on its port (with tls_key)
+    tls_key: str = ""  # PEM private key of tls_cert
+    tls_client_ca: str = ""  # PEM CA(s): every client must present a certificate they signed (mutual TLS)
+    allow_clients: tuple[str, ...] = ()  # CIDRs the clients' addresses must be in (empty: any address)
+    # limits no client can exceed
+    max_message_bytes: int = 4 * 1024 * 1024  # a gRPC message in or out (gRPC's own default, grpc-java's too)
+    max_calls: int = 1000  # calls served at once (streams included); beyond: RESOURCE_EXHAUSTED
+    max_stream_age: float = 0.0  # a call lasting longer ends with DEADLINE_EXCEEDED; 0: no limit (see docs)
+    keepalive: float = 60.0  # seconds between pings on a quiet connection: a client gone silently is let go
+    put_window: int = 1000  # URLs of one PutURLs / PutDiscovered stream handled at once (items, not batches)
+    max_crawls: int = 100  # crawls one gateway serves (a Kafka consumer each); a new one beyond: refused
+
+    def __post_init__(self) -> None:
+        if isinstance(self.allow_clients, list):  # from TOML: a list
+            object.__setattr__(self, "allow_clients", tuple(self.allow_clients))
 
     def validate(self) -> None:
+        import ipaddress
+
         _check_ranges(self, URLFRONTIER_RANGES, "urlfrontier")
+        if not isinstance(self.allow_clients, tuple) or not all(isinstance(n, str) for n in self.allow_clients):
+            raise ConfigError("urlfrontier.allow_clients: expected a list of CIDR strings")
+        for net in self.allow_clients:
+            try:
+                ipaddress.ip_network(net.strip(), strict=False)
+            except ValueError:
+                raise ConfigError(f"urlfrontier.allow_clients: {net[:100]!r} is not an IP network (CIDR)") from None
+        if self.token and self.token_file:
+            raise ConfigError("urlfrontier.token and urlfrontier.token_file are both set: give one")
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ConfigError("urlfrontier.tls_cert and urlfrontier.tls_key go together: set both or neither")
+        if self.tls_client_ca and not self.tls_cert:
+            raise ConfigError("urlfrontier.tls_client_ca needs TLS: set urlfrontier.tls_cert and tls_key too")
 
 
 URLFRONTIER_RANGES = {
@@ -275,6 +310,12 @@ URLFRONTIER_RANGES = {
     "query_timeout": Range(0, 600, lo_open=True),
     "put_wait": Range(0, 3600),
     "unasked": Range(0, 3600, lo_open=True),
+    "max_message_bytes": Range(64 * 1024, 64 * 1024 * 1024, integer=True),
+    "max_calls": Range(1, 100_000, integer=True),
+    "max_stream_age": Range(0, 30 * DAY),
+    "keepalive": Range(0, DAY),
+    "put_window": Range(1, 100_000, integer=True),
+    "max_crawls": Range(1, 1000, integer=True, why="a Kafka consumer each"),
 }
 
 

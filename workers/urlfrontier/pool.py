@@ -193,11 +193,9 @@ def job_key(job: LeasedJob) -> str:
     return job.item.key or default_key(job.url)
 
 
-MAX_CRAWLS = 1000  # crawls one gateway serves at most (each is a consumer and a jobs topic)
-
-
 class TooManyCrawls(RuntimeError):
-    """A client named more crawls than a gateway serves (:data:`MAX_CRAWLS`)."""
+    """A client named more crawls than a gateway serves (``urlfrontier.max_crawls``: each is a
+    Kafka consumer in the gateway)."""
 
 
 class Pools:
@@ -217,13 +215,19 @@ class Pools:
         async with self._lock:
             pool = self.pools.get(crawl)
             if pool is None:
-                if len(self.pools) >= MAX_CRAWLS:
-                    raise TooManyCrawls(f"this gateway serves {MAX_CRAWLS} crawls already")
+                self.check_room(crawl)
                 pool = CrawlPool(self.cfg, crawl, self.kafka)
                 await pool.start()
                 self.pools[crawl] = pool
                 log.info("serving GetURLs of crawl %r", crawl)
         return pool
+
+    def check_room(self, crawl: str) -> None:
+        """Raise :class:`TooManyCrawls` if ``crawl`` is not served here and there is no room for it."""
+        limit = self.cfg.urlfrontier.max_crawls
+        if crawl not in self.pools and len(self.pools) >= limit:
+            raise TooManyCrawls(f"crawl {crawl[:64]!r} refused: this gateway serves {limit} crawls already, its "
+                                "urlfrontier.max_crawls (each is a Kafka consumer here)")  # fmt: skip
 
     def known(self) -> list[CrawlPool]:
         return list(self.pools.values())
@@ -233,4 +237,4 @@ class Pools:
         self.pools.clear()
 
 
-__all__ = ["DEFAULT_CRAWL", "MAX_CRAWLS", "CrawlPool", "Handed", "Pools", "TooManyCrawls", "job_key"]
+__all__ = ["DEFAULT_CRAWL", "CrawlPool", "Handed", "Pools", "TooManyCrawls", "job_key"]

@@ -51,11 +51,11 @@ from workers.urlfrontier.pool import CrawlPool, Pools, TooManyCrawls, job_key
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
 from workers.urlfrontier.proto import urlfrontier_pb2_grpc as pbg
 from workers.urlfrontier.queries import Asker, Unanswered, new_query
+from workers.urlfrontier.security import OWN_LOGGERS, own_logger
 
 log = logging.getLogger("urlfrontier")
 OK, SKIPPED, FAIL = pb.AckMessage.Status.OK, pb.AckMessage.Status.SKIPPED, pb.AckMessage.Status.FAIL
 GET_BUDGET = 10_000  # URLs one GetURLs returns at most
-PUT_WINDOW = 1000  # URLs of one put stream handled at once (published, not yet acknowledged)
 MAX_HOLD = 3600.0  # seconds a GetURLs' delay_requestable holds a URL at most
 In = TypeVar("In")
 Out = TypeVar("Out")
@@ -122,15 +122,20 @@ class Gateway(pbg.URLFrontierServicer):
         except (BadItem, Rejection, ValueError) as exc:
             await self._reject(f"URLFrontier item not queued: {exc}", item.SerializeToString())
             return ack_id, SKIPPED
+        try:
+            if known:
+                self.pools.check_room(crawl)  # a crawl this gateway cannot serve is not made through it
+            else:
+                await self.pools.of(crawl)  # the crawl has a worker (the frontier dispatches only to served crawls)
+        except TooManyCrawls as exc:
+            await self._reject(f"URLFrontier item not queued: {exc}", item.SerializeToString())
+            return ack_id, SKIPPED
         if known:
             signal = fetch_signal(meta)
             pool = self.pools.pools.get(crawl)
             reported = pool is not None and await pool.updated(parsed.url, signal)
             if not reported and signal.status:
                 await self._signal(parsed, signal)
-        else:
-            with contextlib.suppress(TooManyCrawls):  # stored anyway; GetURLs says why it gives none
-                await self.pools.of(crawl)  # the crawl has a worker (the frontier dispatches only to served crawls)
         try:
             await self.producer.send(self.cfg.topics.urls, encode(sub))
         except Exception as exc:  # noqa: BLE001 - FAIL: the client may send it again
@@ -163,40 +168,57 @@ class Gateway(pbg.URLFrontierServicer):
 
     async def PutURLs(self, request_iterator: AsyncIterator[pb.URLItem],
                       context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.AckMessage]:  # fmt: skip
-        async def one(item: pb.URLItem) -> pb.AckMessage:
+        async def one(item: pb.URLItem, _width: int) -> pb.AckMessage:
             ack_id, status = await self._put(item)
             return pb.AckMessage(ID=ack_id, status=status)
 
-        async for ack in self._acked(request_iterator, one):
+        async for ack in self._acked(request_iterator, one, lambda _: 1):
             yield ack
 
     async def PutDiscovered(self, request_iterator: AsyncIterator[pb.DiscoveredBatch],
                             context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.BatchAck]:  # fmt: skip
-        async def one(batch: pb.DiscoveredBatch) -> pb.BatchAck:
-            done = await asyncio.gather(*(self._put(pb.URLItem(discovered=pb.DiscoveredURLItem(info=info)))
-                                          for info in batch.items))  # fmt: skip
-            return pb.BatchAck(ID=batch.ID, statuses=[status for _, status in done])
+        async def one(batch: pb.DiscoveredBatch, width: int) -> pb.BatchAck:
+            """The batch's items, ``width`` at a time (its share of the stream's window)."""
+            infos = list(batch.items)
+            statuses = [FAIL] * len(infos)
+            turns = iter(range(len(infos)))
 
-        async for ack in self._acked(request_iterator, one):
+            async def lane() -> None:
+                for i in turns:  # (one iterator shared by the lanes: each item once)
+                    statuses[i] = (await self._put(pb.URLItem(discovered=pb.DiscoveredURLItem(info=infos[i]))))[1]
+
+            await asyncio.gather(*(lane() for _ in range(min(width, len(infos)))))
+            return pb.BatchAck(ID=batch.ID, statuses=statuses)
+
+        async for ack in self._acked(request_iterator, one, lambda batch: len(batch.items)):
             yield ack
 
-    async def _acked(self, requests: AsyncIterator[In], handle: Callable[[In], Awaitable[Out]]) -> AsyncIterator[Out]:
-        """Each request handled as it comes (up to PUT_WINDOW at once), each answer sent as soon as
-        it is ready, whatever the order (clients match acknowledgements by ID): a long-lived stream
-        (StormCrawler's) gets each ack without waiting for its next item. Once the client ends the
-        stream and every answer is out, it completes when the frontier applied what it carried."""
+    async def _acked(self, requests: AsyncIterator[In], handle: Callable[[In, int], Awaitable[Out]],
+                     items: Callable[[In], int]) -> AsyncIterator[Out]:  # fmt: skip
+        """Each request handled as it comes, each answer sent as soon as it is ready, whatever the
+        order (clients match acknowledgements by ID): a long-lived stream (StormCrawler's) gets each
+        ack without waiting for its next item. At most ``urlfrontier.put_window`` URLs of the stream
+        are handled at once: a request of n URLs takes n places (a batch larger than the window
+        takes all of it), and ``handle`` gets how many it took, to run that many at a time. Once
+        the client ends the stream and every answer is out, it completes when the frontier applied
+        what it carried."""
         answers: asyncio.Queue[asyncio.Future[Out] | None] = asyncio.Queue()
-        window = asyncio.Semaphore(PUT_WINDOW)
+        size = self.cfg.urlfrontier.put_window
+        window = asyncio.Semaphore(size)
 
-        def answered(task: asyncio.Future[Out]) -> None:
-            window.release()
+        def answered(task: asyncio.Future[Out], width: int) -> None:
+            for _ in range(width):
+                window.release()
             answers.put_nowait(task)
 
         async def read() -> int:
             n = 0
             async for request in requests:
-                await window.acquire()
-                asyncio.ensure_future(handle(request)).add_done_callback(answered)
+                width = max(1, min(items(request), size))
+                for _ in range(width):  # (the only taker: no two requests share out the window)
+                    await window.acquire()
+                task = asyncio.ensure_future(handle(request, width))
+                task.add_done_callback(lambda t, w=width: answered(t, w))  # type: ignore[misc]
                 n += 1
             return n
 
@@ -519,8 +541,14 @@ class Gateway(pbg.URLFrontierServicer):
         return pb.StringList(values=[self.address])
 
     async def SetLogLevel(self, request: pb.LogLevelParams, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:
+        """Only this project's loggers (:func:`~workers.urlfrontier.security.own_logger`): a client
+        may not silence the root logger, nor make gRPC or librdkafka log every call at DEBUG."""
+        if not own_logger(request.package):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                f"SetLogLevel changes this project's loggers only ({', '.join(OWN_LOGGERS)} and "
+                                f"their children), not {request.package[:100]!r}")  # fmt: skip
         level = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
-        logging.getLogger(request.package or None).setLevel(level.get(request.level, logging.INFO))
+        logging.getLogger(request.package).setLevel(level.get(request.level, logging.INFO))
         return pb.Empty()
 
 
