@@ -5,5 +5,6 @@
 - ``queries.py``  questions to every partition on ``crawl.control``, answers on ``crawl.replies``
 - ``pool.py``     GetURLs: each crawl's jobs through the worker API, handed out and held
 - ``service.py``  the RPCs; ``server.py`` the process
+- ``security.py`` who may call (token, TLS and client certificates, client networks) and the limits
 - ``proto/``      the API's proto and its generated stubs (``generate.sh``)
 """
