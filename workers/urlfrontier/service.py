@@ -368,10 +368,14 @@ class Gateway(pbg.URLFrontierServicer):
         except (Unanswered, RuntimeError) as exc:
             log.info("crawls not known at start (%s): each is served when a client names it", exc)
             return
-        for crawl in sorted({c for r in replies.values() for c in r.crawls}):
+        crawls = sorted({c for r in replies.values() for c in r.crawls})
+        for crawl in crawls:
             try:
                 await self.pools.of(crawl)
             except TooManyCrawls:
+                log.warning("the frontier knows %d crawls of this API; this gateway serves %d "
+                            "(urlfrontier.max_crawls): the others' URLs are not handed out here",
+                            len(crawls), self.cfg.urlfrontier.max_crawls)  # fmt: skip
                 return
 
     # -- questions ----------------------------------------------------------------------------------
