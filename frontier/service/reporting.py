@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from frontier.config import Config
+from frontier.core import budget
 from frontier.core.causes import Cause
 from frontier.core.control import control_record, scope_key
 from frontier.intake.router import Router
@@ -29,6 +30,8 @@ from frontier.observability.watch import (
     WatchBusy,
     watch_scope,
 )
+from frontier.partition.keys import state_key
+from frontier.partition.records import state_dec
 from frontier.service.crawls import CrawlDirectory
 from frontier.service.owned import _Owned
 from topics.catalog import Topics
@@ -65,6 +68,8 @@ class Reporting:
 
     def _delay_changed(self, scope: str, old: float, new: float, cause: str, kind: Cause, gate_until: float) -> None:
         self.metrics.delay_changes.labels(kind.value or Cause.OTHER.value).inc()
+        if kind is Cause.BUDGET:
+            self.metrics.note_budget(scope)  # counted in the budget gauge while it has a budget
         now = self.clock()
         if gate_until > now:
             if len(self._gates) >= MAX_GATE_GAUGE and scope not in self._gates and now - self._gates_pruned >= 1.0:
@@ -184,6 +189,7 @@ class Reporting:
             totals["hosts_due"] += owned.frontier.queued_hosts()
             totals["queued"] += owned.frontier.queued()
         totals["partitions"] = len(self._owned)
+        self.metrics.count_lost({p: owned.frontier.stats.lost for p, owned in self._owned.items()})
         totals["partitions_unserved"] = len(self.unserved)
         return dict(totals)
 
@@ -192,4 +198,27 @@ class Reporting:
         totals = self.stats()
         self._prune_gates(self.clock())
         totals["gates_active"] = len(self._gates)
+        totals["topic_partitions"] = self.topics.partitions
+        totals["budget_learned"], totals["budget_spent"] = self._budgets()
         return totals
+
+    def _budgets(self) -> tuple[int, int]:
+        """Of the scopes a budget changed here (``metrics.budgeted``), those of the owned partitions
+        that have a budget, and those whose budget is spent until their period turns, read from
+        their stored states (a few: the scopes with a budget). A scope with no budget any more, or
+        no longer here, is dropped (counted again at its next budget change here)."""
+        learned = spent = 0
+        for scope in list(self.metrics.budgeted):
+            targets = self._watch_partitions(scope)  # (None with ip_scope: any partition)
+            raw = None
+            for p in sorted(targets) if targets is not None else list(self._owned):
+                owned = self._owned.get(p)
+                if owned is not None and (raw := owned.kv.get(state_key(scope))) is not None:
+                    break
+            state = state_dec.decode(raw) if raw is not None else None
+            if state is None or state.bud_mode == budget.WATCHING:
+                del self.metrics.budgeted[scope]
+                continue
+            learned += 1
+            spent += state.bud_mode == budget.SPENT
+        return learned, spent

@@ -95,7 +95,7 @@ class Jobs:
         self.internal = internal
         self.handler: Handler | None = None
         self.tracker = OffsetTracker()
-        self.metrics = WorkerMetrics()
+        self.metrics = WorkerMetrics(self.crawl)
         self.backoff_codes = BackoffCodes(cfg)  # (job) -> the statuses the frontier backs off on: only those retried
         self._stop = threading.Event()
         self.holder = Holder(self.concurrency, cfg.throttle, cfg.frontier.fetch_timeout, self.backoff_codes,

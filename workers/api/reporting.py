@@ -68,7 +68,9 @@ class Reporter:
         if len(outcome.body) > max_body:
             outcome.body, outcome.truncated = outcome.body[:max_body], True
         self.fetched += 1
-        self.metrics.observe(job.kind, "error" if outcome.error else "fetched", outcome.status, outcome.latency)
+        self.metrics.observe(
+            job.kind, "error" if outcome.error else "fetched", outcome.status, outcome.latency, host=job.item.host
+        )
         await self._conclude(leased, outcome)
 
     async def report_late(self, leased: LeasedJob, outcome: Outcome) -> None:
