@@ -36,6 +36,7 @@ ROBOTS_WINDOW = 900.0  # hosts counted by their latest robots.txt fetch over thi
 MAX_WATCHED_HOSTS = 10_000  # hosts each of a worker's two tables keeps (the least recently answered go first)
 MAX_BUDGET_SCOPES = 10_000  # scopes a frontier instance follows for the budget gauge (beyond: not counted)
 NO_LIMIT = 1 << 60  # a cgroup memory limit this high (or "max") is no limit
+LOOP_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 
 
 def fetch_class(outcome: str, status: int) -> str:
@@ -315,6 +316,20 @@ class FrontierMetrics:
                                 registry=self.registry)  # fmt: skip
         self.lag = Gauge("crawl_frontier_consumer_lag", "records not yet consumed in the owned partitions",
                          ["topic"], registry=self.registry)  # fmt: skip
+        # the event loop (frontier.observability.loop): dispatch, input and answers share it
+        self.loop_late = Histogram("crawl_frontier_loop_late_seconds", "how late the event loop ran a timer "
+                                   "(asked every 10 ms): dispatch, input and answers waited that long",
+                                   buckets=LOOP_BUCKETS, registry=self.registry)  # fmt: skip
+        self.loop_busy = Histogram("crawl_frontier_loop_busy_seconds", "CPU time of the event loop's thread "
+                                   "between two looks at it (10 ms apart when nothing holds it): the part of a "
+                                   "stall the frontier's own code caused", buckets=LOOP_BUCKETS,
+                                   registry=self.registry)  # fmt: skip
+        self.loop_late_max = Gauge("crawl_frontier_loop_late_max_seconds",
+                                   "the largest crawl_frontier_loop_late_seconds of the last 10 to 20 s",
+                                   registry=self.registry)  # fmt: skip
+        self.loop_busy_max = Gauge("crawl_frontier_loop_busy_max_seconds",
+                                   "the largest crawl_frontier_loop_busy_seconds of the last 10 to 20 s",
+                                   registry=self.registry)  # fmt: skip
         self.lost = Counter("crawl_frontier_leases_lost", "leases that reached their deadline without feedback "
                             "in this process's partitions (each URL queued again)",
                             registry=self.registry)  # fmt: skip

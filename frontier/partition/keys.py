@@ -221,6 +221,13 @@ def record_key(crawl: str, key: str, url: str) -> bytes:
     return record_prefix(crawl, key) + url.encode()
 
 
+def records_after(crawl: str, key: str) -> bytes:
+    """A key above every record of the crawl's queue ``key`` and below those of the keys after it
+    (a key holds no control character, so its records are together and keys sort as strings;
+    no URL's UTF-8 holds the byte 0xff)."""
+    return record_prefix(crawl, key) + b"\xff"
+
+
 def split_record_key(raw: bytes) -> tuple[str, str, str]:
     """(crawl, key, url) of a record key."""
     crawl, _, rest = raw[1:].partition(CRAWL_SEP.encode())

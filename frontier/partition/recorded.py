@@ -7,17 +7,29 @@ when it is due (a discovered URL: when it was queued; a known one: its ``refetch
 again) and when it was first recorded. The seen set, queues, revisits and leases work as for any
 URL; a *known* URL (``refetch_at`` set) is not queued but decided: done (0), or due for a revisit
 at that time. A queued entry whose URL was decided since (a known update while it waited) is
-dropped when it comes to the head of its queue. Counting and listing scan the crawl's records:
-O(records of the crawl) per question.
+dropped when it comes to the head of its queue.
+
+The reading questions (count, stats, a page of URLs or of queue keys) are walks
+(:class:`Walk`): each reads its records through cursors made when it came (so its answer is the
+state at that moment, exact, whatever is written meanwhile) and is computed a slice at a time,
+each slice within a :class:`Budget` of records and time, so that the service answers it between
+dispatch rounds (``frontier.service.service``) and no question holds the event loop longer than
+a slice. A page resumes from its cursor's key (a seek), so listing N records in pages of P reads
+N records in all, not N²/P; a page of queue keys reads one record per key it gives (a seek past
+the key's other records) and keeps no more keys than it gives. Counting and stats still read
+every record of the crawl (or of the key), a slice at a time. The deletions write as they read
+and are applied at once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Generator
 
 import msgspec
 
 from frontier.core.caps import capped_until
+from frontier.core.kv import Cursor
 from frontier.partition.keys import (
     LEASE,
     QueueId,
@@ -26,6 +38,7 @@ from frontier.partition.keys import (
     queue_prefix,
     record_key,
     record_prefix,
+    records_after,
     revisit_key,
     seen_key,
     split_record_key,
@@ -36,6 +49,74 @@ from frontier.partition.seen import SEEN_DONE, SEEN_OPEN, SEEN_REVISIT, read_see
 from topics.schemas import MAX_QUERY_LIMIT, Query, Reply, UrlItem, UrlRecord
 
 REPLY_BUDGET = 256 * 1024  # bytes of URL records or keys in one reply at most (the topic allows 4 MiB)
+SLICE_SECONDS = 0.002  # a walk's slice ends once it has run this long...
+SLICE_RECORDS = 4096  # ...or read this many records
+
+
+class Budget:
+    """What one slice of a walk may spend: ``records`` records read, and ``seconds`` by ``clock``
+    (injected; None: no time limit). The clock is read every 16 records."""
+
+    __slots__ = ("_clock", "_deadline", "left")
+
+    def __init__(self, clock: Callable[[], float] | None = None, seconds: float = SLICE_SECONDS,
+                 records: int = SLICE_RECORDS) -> None:  # fmt: skip
+        self._clock = clock
+        self._deadline = clock() + seconds if clock is not None else math.inf
+        self.left = records
+
+    def spend(self) -> bool:
+        """One record read: whether the slice is over."""
+        self.left -= 1
+        if self.left <= 0:
+            return True
+        return self._clock is not None and self.left & 15 == 0 and self._clock() >= self._deadline
+
+
+UNBOUNDED = 1 << 62  # records: a budget that never ends a slice
+
+Steps = Generator[None, Budget, None]  # a walk's body: yields when its budget is spent, sent the next one
+
+
+class Walk:
+    """A reading question's answer computed a slice at a time: :meth:`step` runs one slice within
+    its budget and says whether :attr:`reply` is complete. The cursors it reads were made when the
+    question came; :meth:`close` lets them go (done, or given up)."""
+
+    def __init__(self, reply: Reply, steps: Steps | None = None, cursors: tuple[Cursor, ...] = ()) -> None:
+        self.reply = reply
+        self._steps = steps
+        self._cursors = cursors
+        if steps is not None:
+            next(steps)  # to its first yield: it waits for a budget there
+
+    def step(self, budget: Budget) -> bool:
+        """One slice; True once the reply is complete (the cursors are then closed)."""
+        if self._steps is None:
+            return True
+        try:
+            self._steps.send(budget)
+        except StopIteration:
+            self.close()
+            return True
+        except BaseException:
+            self.close()
+            raise
+        return False
+
+    def finish(self) -> Reply:
+        """The whole answer at once (unit tests; small questions)."""
+        while not self.step(Budget(records=UNBOUNDED)):
+            pass
+        return self.reply
+
+    def close(self) -> None:
+        if self._steps is not None:
+            self._steps.close()
+            self._steps = None
+        for cursor in self._cursors:
+            cursor.close()
+        self._cursors = ()
 
 
 class ApiRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -112,23 +193,35 @@ class Recorded(Leases):
 
     # -- the gateway's questions ----------------------------------------------------------------
     def answer(self, query: Query, now: float) -> Reply:
-        """The answer to a reading query (every kind but the deletions)."""
+        """The answer to a reading query (every kind but the deletions), computed at once."""
+        return self.walk(query, now).finish()
+
+    def walk(self, query: Query, now: float) -> Walk:
+        """A reading query's answer, to compute a slice at a time (:class:`Walk`), from the records
+        as they are now. A status or crawls question is answered here (a lookup per crawl)."""
         reply = Reply(id=query.id, partition=self.partition)
         if query.kind == "stats":
-            reply.counts = self._stats(query.crawl, query.key or None, now)
-        elif query.kind == "count":
-            reply.counts = {"count": sum(1 for _ in self.kv.scan(record_prefix(query.crawl, query.key or None)))}
-        elif query.kind == "status":
+            records, leases = self.kv.cursor(record_prefix(query.crawl, query.key or None)), self.kv.cursor(LEASE)
+            steps = self._stats(query.crawl, query.key or None, now, records, leases, reply)
+            return Walk(reply, steps, (records, leases))
+        if query.kind == "count":
+            records = self.kv.cursor(record_prefix(query.crawl, query.key or None))
+            return Walk(reply, self._count(records, reply), (records,))
+        if query.kind == "urls":
+            after = query.after.encode("utf-8", "surrogateescape") if query.after else b""
+            records = self.kv.cursor(record_prefix(query.crawl, query.key or None), after)
+            return Walk(reply, self._list_urls(query, records, reply), (records,))
+        if query.kind == "queues":
+            records = self.kv.cursor(record_prefix(query.crawl), records_after(query.crawl, query.after)
+                                     if query.after else b"")  # fmt: skip
+            return Walk(reply, self._list_queues(query, records, reply), (records,))
+        if query.kind == "status":
             raw = self.kv.get(record_key(query.crawl, query.key, query.url))
             if raw is not None:
                 reply.urls = [self._url_record(record_key(query.crawl, query.key, query.url), raw)]
-        elif query.kind == "urls":
-            self._list_urls(query, reply)
-        elif query.kind == "queues":
-            self._list_queues(query, reply, now)
         elif query.kind == "crawls":
             reply.crawls = sorted(c for c in list(self._crawls) if self.kv.first(record_prefix(c)) is not None)
-        return reply
+        return Walk(reply)
 
     def change(self, query: Query, now: float) -> Reply:
         """A deletion (the queue's URLs, ``key``, the whole crawl's, or with ``purge`` those first
@@ -145,27 +238,52 @@ class Recorded(Leases):
             removed = self._remove(query.crawl, query.key, now)
         return Reply(id=query.id, partition=self.partition, counts={"removed": removed})
 
-    def _stats(self, crawl: str, key: str | None, now: float) -> dict[str, int]:
-        size = completed = 0
-        active: set[str] = set()
-        for rkey, raw in self.kv.scan(record_prefix(crawl, key)):
-            record = _record_dec.decode(raw)
-            if record.refetch_at == 0:
-                completed += 1
-                continue
-            size += 1
-            active.add(split_record_key(rkey)[1])
+    def _stats(self, crawl: str, key: str | None, now: float, records: Cursor, leases: Cursor, reply: Reply) -> Steps:
+        """size (URLs not done), completed, in_process (handed out to a client, or in a native
+        worker's hands) and queues (keys with a URL not done or in process). A key's records are
+        together (key order), so the keys are counted without keeping them; the leases' keys
+        (bounded by the URLs in flight) are kept."""
+        budget = yield
         in_process = 0
-        for _, raw in self.kv.scan(LEASE):
-            lease = lease_dec.decode(raw)
+        leased: set[str] = set()  # the keys of URLs in process
+        while (entry := leases.next()) is not None:
+            lease = lease_dec.decode(entry[1])
+            if budget.spend():
+                budget = yield
             if lease.kind != "page" or lease.item.crawl != crawl or (key is not None and lease.item.key != key):
                 continue
             if lease.item.key and lease.held_until <= now:
                 continue  # a client's URL not in its hands (not handed out yet, or its time is over)
             in_process += 1
             if lease.item.key:
-                active.add(lease.item.key)
-        return {"size": size, "in_process": in_process, "queues": len(active), "completed": completed}
+                leased.add(lease.item.key)
+        size = completed = queues = 0
+        last = ""  # the last key counted among the queues
+        while (entry := records.next()) is not None:
+            rkey, raw = entry
+            if budget.spend():
+                budget = yield
+            if _record_dec.decode(raw).refetch_at == 0:
+                completed += 1
+                continue
+            size += 1
+            qkey = split_record_key(rkey)[1]
+            if qkey != last:
+                queues += 1
+                last = qkey
+                leased.discard(qkey)  # counted here already
+        reply.counts = {"size": size, "in_process": in_process, "queues": queues + len(leased),
+                        "completed": completed}  # fmt: skip
+
+    @staticmethod
+    def _count(records: Cursor, reply: Reply) -> Steps:
+        budget = yield
+        count = 0
+        while records.next() is not None:
+            count += 1
+            if budget.spend():
+                budget = yield
+        reply.counts = {"count": count}
 
     def _url_record(self, rkey: bytes, raw: bytes) -> UrlRecord:
         crawl, key, url = split_record_key(rkey)
@@ -174,31 +292,45 @@ class Recorded(Leases):
         return UrlRecord(url=url, key=key, crawl=crawl, meta=dict(record.meta), refetch_at=refetch,
                          created=record.created)  # fmt: skip
 
-    def _list_urls(self, query: Query, reply: Reply) -> None:
+    def _list_urls(self, query: Query, records: Cursor, reply: Reply) -> Steps:
+        """A page of records from the cursor (made after ``query.after``): up to ``limit`` records
+        or ``REPLY_BUDGET`` bytes; ``more`` is the last one's key when more follow."""
+        budget = yield
         limit = min(query.limit or MAX_QUERY_LIMIT, MAX_QUERY_LIMIT)
-        after = query.after.encode("utf-8", "surrogateescape") if query.after else b""
         used = 0
-        for rkey, raw in self.kv.scan(record_prefix(query.crawl, query.key or None)):
-            if after and rkey <= after:
-                continue
+        while (entry := records.next()) is not None:
+            rkey, raw = entry
             if len(reply.urls) >= limit or used > REPLY_BUDGET:
                 return  # reply.more: the last one sent
             reply.urls.append(self._url_record(rkey, raw))
             reply.more = rkey.decode("utf-8", "surrogateescape")
             used += len(rkey) + len(raw)
+            if budget.spend():
+                budget = yield
         reply.more = ""
 
-    def _list_queues(self, query: Query, reply: Reply, now: float) -> None:
+    def _list_queues(self, query: Query, records: Cursor, reply: Reply) -> Steps:
+        """A page of the crawl's queue keys in order from the cursor (made past ``query.after``'s
+        records): those with a URL not done (all with ``inactive``), up to ``limit`` keys or
+        ``REPLY_BUDGET`` bytes; ``more`` is the last key when more follow. A key taken, the cursor
+        skips its other records; a key with none of its URLs due is read through."""
+        budget = yield
         limit = min(query.limit or MAX_QUERY_LIMIT, MAX_QUERY_LIMIT)
-        keys: dict[str, bool] = {}
-        for rkey, raw in self.kv.scan(record_prefix(query.crawl)):
-            key = split_record_key(rkey)[1]
-            if key <= query.after and query.after:
+        used = 0
+        while (entry := records.next()) is not None:
+            rkey, raw = entry
+            if budget.spend():
+                budget = yield
+            if not query.inactive and _record_dec.decode(raw).refetch_at == 0:
                 continue
-            keys[key] = keys.get(key, False) or _record_dec.decode(raw).refetch_at != 0
-        names = sorted(k for k, active in keys.items() if active or query.inactive)
-        reply.queues = names[:limit]
-        reply.more = reply.queues[-1] if len(names) > limit else ""
+            key = split_record_key(rkey)[1]
+            if len(reply.queues) >= limit or used > REPLY_BUDGET:
+                reply.more = reply.queues[-1]
+                return
+            reply.queues.append(key)
+            used += len(key)
+            records.seek(records_after(query.crawl, key))
+        reply.more = ""
 
     def _remove(self, crawl: str, key: str | None, now: float, before: float | None = None) -> int:
         """Remove the crawl's recorded URLs (of ``key``; first recorded before ``before``), queued,

@@ -11,8 +11,10 @@ block cache and keep index and filter blocks outside any cache, growing with the
 from __future__ import annotations
 
 import shutil
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from rocksdict import (
     BlockBasedIndexType,
@@ -24,6 +26,8 @@ from rocksdict import (
     WriteBufferManager,
     WriteOptions,
 )
+
+from frontier.core.kv import Cursor, CursorClosed
 
 MEMTABLE_BYTES = 4 * 1024 * 1024  # per database; at most 2 of them (one being flushed)
 BLOCK_CACHE_BYTES = 64 * 1024 * 1024  # shared by every database of the process
@@ -81,6 +85,55 @@ def prefix_end(prefix: bytes) -> bytes | None:
     return bytes(end)
 
 
+def _bounded(prefix: bytes) -> ReadOptions | None:
+    """Read options that end an iteration at the end of ``prefix``'s range (None: no such end)."""
+    bound = prefix_end(prefix)
+    if bound is None:
+        return None
+    options = ReadOptions()
+    options.set_iterate_upper_bound(bound)
+    return options
+
+
+class RocksCursor:
+    """A cursor over one RocksDB iterator: the database as it was when the cursor was made (an
+    iterator's implicit snapshot), bounded to its prefix, read one entry at a time."""
+
+    def __init__(self, kv: RocksKV, db: Rdict, prefix: bytes, after: bytes) -> None:
+        self._kv: RocksKV | None = kv
+        self._prefix = prefix
+        self._options = _bounded(prefix)  # kept as long as the iterator that uses it
+        self._it: Any = db.iter(self._options) if self._options is not None else db.iter()
+        self.seek(after)
+
+    def seek(self, after: bytes) -> None:
+        if self._it is None:
+            raise CursorClosed("cursor closed (its store was closed)")
+        self._it.seek(max(after, self._prefix))
+        self._skip = after  # seek lands on ``after`` itself when it is there
+
+    def next(self) -> tuple[bytes, bytes] | None:
+        it = self._it
+        if it is None:
+            raise CursorClosed("cursor closed (its store was closed)")
+        while it.valid():
+            key: bytes = it.key()
+            if not key.startswith(self._prefix):
+                return None
+            value: bytes = it.value()
+            it.next()
+            if key != self._skip:
+                return key, value
+        return None
+
+    def close(self) -> None:
+        """Let go of the iterator (and with it the database it keeps open)."""
+        self._it = None
+        if self._kv is not None:
+            self._kv._cursors.discard(self)
+            self._kv = None
+
+
 class RocksKV:
     """A rocksdict database at ``path`` holding raw bytes."""
 
@@ -93,6 +146,7 @@ class RocksKV:
         write = WriteOptions()
         write.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says method
         self._db.set_write_options(write)
+        self._cursors: weakref.WeakSet[RocksCursor] = weakref.WeakSet()
 
     def get(self, key: bytes) -> bytes | None:
         value: bytes | None = self._db.get(key)
@@ -126,7 +180,14 @@ class RocksKV:
     def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:
         return next(self.scan(prefix), None)
 
+    def cursor(self, prefix: bytes, after: bytes = b"") -> Cursor:
+        cursor = RocksCursor(self, self._db, prefix, after)
+        self._cursors.add(cursor)
+        return cursor
+
     def close(self) -> None:
+        for cursor in list(self._cursors):  # an open iterator would keep the database (and its lock)
+            cursor.close()
         self._db.close()
 
     @staticmethod

@@ -13,6 +13,12 @@ cannot restore; a dispatch round's leases, jobs and report pages commit together
 never holds a job whose lease a takeover would not know; and a report lease is deleted only once
 its page committed. Each partition records how far it applied each input, in the same
 transaction, so input delivered again after a rebalance is applied once.
+
+A URLFrontier gateway's reading questions (counts, stats, pages of URLs or queue keys) are walks
+(:class:`~frontier.partition.recorded.Walk`) answered a slice at a time: the first slice when the
+question comes, the others one per turn of the event loop, so dispatch and input go on between
+them and no question holds the loop longer than a slice (``SLICE_SECONDS``). A probe measures how
+long the loop is held (:mod:`frontier.observability.loop`, the ``crawl_frontier_loop_*`` metrics).
 """
 
 from __future__ import annotations
@@ -22,17 +28,21 @@ import logging
 import os
 import socket
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from frontier.config import Config
+from frontier.core.kv import CursorClosed
 from frontier.intake.router import Router
 from frontier.kafka import AsyncProducer, Kafka
+from frontier.observability.loop import LoopProbe
 from frontier.observability.metrics import FrontierMetrics, fetch_class
 from frontier.observability.watch import (
     watch_scope,
 )
 from frontier.partition import Dispatch, Refused
+from frontier.partition.recorded import Budget, Walk
 from frontier.service.crawls import CrawlDirectory
 from frontier.service.lifecycle import Lifecycle
 from frontier.service.owned import Ackable, _ack_all, _Owned
@@ -56,12 +66,23 @@ from topics.schemas import (
 log = logging.getLogger("frontier")
 
 URLS, FEEDBACK, CONTROL = "u", "f", "c"  # the input topics, as the partition records how far each is applied
+MAX_WALKS = 256  # reading questions being answered at once at most (each holds its cursors); past it: refused
 
 
 def input_offset(event: Ackable) -> int | None:
     """The offset of the input record behind ``event`` (None: not known, e.g. a test's event)."""
     offset = getattr(getattr(event, "message", None), "offset", None)
     return offset if isinstance(offset, int) else None
+
+
+@dataclass
+class _Walking:
+    """A reading question being answered, a slice at a time."""
+
+    p: int
+    owned: _Owned  # the partition as it was when the question came (another one: the walk is given up)
+    query: Query
+    walk: Walk
 
 
 class FrontierService(Reporting, Lifecycle):
@@ -79,6 +100,9 @@ class FrontierService(Reporting, Lifecycle):
         self._retaken: set[int] = set()  # fenced and taken back since the group last assigned
         self._dropping: set[asyncio.Task[None]] = set()
         self._replies: set[asyncio.Task[None]] = set()  # answers to URLFrontier gateways on their way
+        self._walks: deque[_Walking] = deque()  # reading questions being answered, in turn
+        self._walker: asyncio.Task[None] | None = None  # answers them while there are any
+        self.slice_clock: Callable[[], float] = time.perf_counter  # times a walk's slices
         self.unserved: dict[int, str] = {}  # partition → why it is assigned here but not served
         self.failure: Exception | None = None  # fatal: raised by the dispatch loop
         self._wake = asyncio.Event()
@@ -86,6 +110,9 @@ class FrontierService(Reporting, Lifecycle):
         self.running = False
         self.instance = f"{socket.gethostname()}-{os.getpid()}"
         self.metrics = FrontierMetrics(self.metric_totals, lambda: self.crawl_status(self.clock()))
+        self.loop_probe = LoopProbe(self._loop_sampled)
+        self.metrics.loop_late_max.set_function(self.loop_probe.late.value)
+        self.metrics.loop_busy_max.set_function(self.loop_probe.busy.value)
         self.watched: dict[str, float] = {}  # scope → until when a live page (any instance's) charts it
         self._watch_sent: dict[str, float] = {}  # scope → when this instance last asked for it (< WATCH_RESEND ago)
         self.router: Router | None = None  # the embedded router, if any (its rejections count here)
@@ -110,6 +137,10 @@ class FrontierService(Reporting, Lifecycle):
 
     async def close(self) -> None:
         self.running = False
+        if self._walker is not None:
+            self._walker.cancel()
+        while self._walks:
+            self._walks.popleft().walk.close()
         await self.on_revoked(set(self._owned) | set(self._restoring))
         if self._dropping:
             await asyncio.gather(*self._dropping, return_exceptions=True)
@@ -272,7 +303,7 @@ class FrontierService(Reporting, Lifecycle):
         if owned is None:
             return
         if query.kind not in CHANGING_KINDS:
-            self._reply(owned.frontier.answer(query, self.clock()), query)
+            self._walk(p, owned, query)
             event.ack()
             return
         await owned.writer.room()
@@ -285,6 +316,53 @@ class FrontierService(Reporting, Lifecycle):
         self._note(owned, CONTROL, event)
         self._mark(p, owned, (event,), then=lambda: self._reply(reply, query))
         self._wake.set()
+
+    def _walk(self, p: int, owned: _Owned, query: Query) -> None:
+        """A reading question: its first slice now, the others one per turn of the loop (answered
+        in turn with the other questions), its answer sent once complete."""
+        walk = owned.frontier.walk(query, self.clock())
+        if walk.step(Budget(self.slice_clock)):
+            self._reply(walk.reply, query)
+            return
+        if len(self._walks) >= MAX_WALKS:
+            walk.close()
+            self._reply(Reply(id=query.id, partition=p, error=f"busy: {MAX_WALKS} questions are being answered, "
+                              "ask again later"), query)  # fmt: skip
+            return
+        self._walks.append(_Walking(p, owned, query, walk))
+        if self._walker is None:
+            self._walker = asyncio.ensure_future(self._walk_on())
+
+    async def _walk_on(self) -> None:
+        """One slice of each question in turn, a turn of the event loop between two slices."""
+        try:
+            while self._walks:
+                await asyncio.sleep(0)  # dispatch, input and the other callbacks ready go first
+                if not self._walks:
+                    break
+                walking = self._walks.popleft()
+                if self._owned.get(walking.p) is not walking.owned:  # the partition moved: its asker times out
+                    walking.walk.close()
+                    continue
+                try:
+                    done = walking.walk.step(Budget(self.slice_clock))
+                except CursorClosed:  # its store closed (the partition moved)
+                    continue
+                except Exception as exc:  # one question failing must not stop the others
+                    log.exception("query %s of partition %d failed", walking.query.kind, walking.p)
+                    error = f"{type(exc).__name__}: {exc}"[:500]
+                    self._reply(Reply(id=walking.query.id, partition=walking.p, error=error), walking.query)
+                    continue
+                if done:
+                    self._reply(walking.walk.reply, walking.query)
+                else:
+                    self._walks.append(walking)
+        finally:
+            self._walker = None
+
+    def _loop_sampled(self, late: float, busy: float) -> None:
+        self.metrics.loop_late.observe(late)
+        self.metrics.loop_busy.observe(busy)
 
     def _reply(self, reply: Reply, query: Query) -> None:
         task = asyncio.ensure_future(self._send_reply(reply, query))
@@ -379,6 +457,13 @@ class FrontierService(Reporting, Lifecycle):
 
     async def dispatch_loop(self) -> None:
         self.running = True
+        probe = asyncio.ensure_future(self.loop_probe.run())
+        try:
+            await self._dispatch_rounds()
+        finally:
+            probe.cancel()
+
+    async def _dispatch_rounds(self) -> None:
         last_report = last_status = time.monotonic()
         while self.running:
             self.producer.raise_errors()  # a status or rejection record that failed is fatal

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -26,6 +28,7 @@ from frontier.observability.feed import caught_up
 from topics.partitioning import partition_of
 from topics.schemas import (
     DEFAULT_CRAWL,
+    MAX_QUERY_LIMIT,
     ControlCommand,
     Feedback,
     FeedbackBatch,
@@ -59,7 +62,9 @@ GET_BUDGET = 10_000  # URLs one GetURLs returns at most
 MAX_HOLD = 3600.0  # seconds a GetURLs' delay_requestable holds a URL at most
 In = TypeVar("In")
 Out = TypeVar("Out")
-LIST_PAGE = 500  # URL records asked of a partition at a time
+LIST_PAGE = MAX_QUERY_LIMIT  # URL records or queue keys asked of a partition at a time
+LIST_ENDS = 256  # where the latest ListURLs calls ended: a call starting there resumes (the next page)
+_ListAt = tuple[int, str, int]  # a listing's place: partition, the cursor of its page, records of the page read
 _Sent = tuple[LeasedJob, pb.URLInfo]  # a job handed to the client, as it was sent
 
 
@@ -74,6 +79,10 @@ class Gateway(pbg.URLFrontierServicer):
         self.address = address
         self.active = True
         self._background: set[asyncio.Future[None]] = set()  # hand-backs on their way
+        # where the latest ListURLs calls ended: (crawl, key, filter, ignore case, position) → its place;
+        # and ListQueues calls: (crawl, include inactive, position) → the last key (LIST_ENDS of each)
+        self._list_ends: OrderedDict[tuple[str, str, str, bool, int], _ListAt] = OrderedDict()
+        self._queue_ends: OrderedDict[tuple[str, bool, int], str] = OrderedDict()
 
     # -- helpers ------------------------------------------------------------------------------------
     @staticmethod
@@ -408,34 +417,47 @@ class Gateway(pbg.URLFrontierServicer):
         return pb.Long(value=sum(r.counts.get("count", 0) for r in replies.values()))
 
     async def _records(self, context: grpc.aio.ServicerContext[Any, Any], crawl: str, key: str, filter: str = "",
-                       ignore_case: bool = False) -> AsyncIterator[UrlRecord]:  # fmt: skip
-        """Every record of the crawl (of ``key``), partition by partition, a page at a time."""
+                       ignore_case: bool = False, at: _ListAt | None = None, want: int = 0,
+                       ) -> AsyncIterator[tuple[UrlRecord, _ListAt]]:  # fmt: skip
+        """Every record of the crawl (of ``key``), partition by partition, a page at a time (each
+        page resumed from the previous one's cursor), each with the listing's place after it; from
+        ``at`` when given. ``want``: the records the caller will take at most (0: all; pages are
+        asked no larger)."""
         needle = filter.lower() if ignore_case else filter
-        for p in range(self.cfg.topics.partitions):
-            after = ""
-            while True:
-                replies = await self._ask(context, "urls", crawl, [p], key=key, after=after, limit=LIST_PAGE)
-                reply = replies[p]
-                for record in reply.urls:
-                    url = record.url.lower() if ignore_case else record.url
-                    if not needle or needle in url:
-                        yield record
-                if not reply.more:
-                    break
-                after = reply.more
+        p, after, skip = at if at is not None else (0, "", 0)
+        while p < self.cfg.topics.partitions:
+            limit = LIST_PAGE if needle or want <= 0 else min(LIST_PAGE, skip + want)
+            reply = (await self._ask(context, "urls", crawl, [p], key=key, after=after, limit=limit))[p]
+            following = (p, reply.more, 0) if reply.more else (p + 1, "", 0)
+            for i in range(skip, len(reply.urls)):
+                record = reply.urls[i]
+                url = record.url.lower() if ignore_case else record.url
+                if not needle or needle in url:
+                    want -= 1
+                    yield record, following if i + 1 == len(reply.urls) else (p, after, i + 1)
+            skip = 0
+            p, after = following[:2]
 
     async def ListURLs(self, request: pb.ListUrlParams,
                        context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.URLItem]:  # fmt: skip
+        """``size`` records from ``start``. A call that starts where a recent one of the same
+        listing ended (the next page) resumes there instead of reading the ``start`` records before."""
         crawl = await self._crawl(request.crawlID, context)
         size = request.size or 100
-        n = 0
-        async for record in self._records(context, crawl, request.key, request.filter, request.ignoreCase):
+        listing = (crawl, request.key, request.filter, request.ignoreCase)
+        at = self._list_ends.pop((*listing, request.start), None) if request.start else None
+        n = request.start if at is not None else 0
+        async for record, place in self._records(context, crawl, request.key, request.filter, request.ignoreCase,
+                                                 at, want=request.start + size - n):  # fmt: skip
             n += 1
             if n <= request.start:
                 continue
-            if n > request.start + size:
-                break
             yield _known(record)
+            if n >= request.start + size:
+                self._list_ends[(*listing, n)] = place
+                while len(self._list_ends) > LIST_ENDS:
+                    self._list_ends.popitem(last=False)
+                return
 
     async def GetURLStatus(self, request: pb.URLStatusRequest,
                            context: grpc.aio.ServicerContext[Any, Any]) -> pb.URLItem:  # fmt: skip
@@ -454,20 +476,40 @@ class Gateway(pbg.URLFrontierServicer):
         raise AssertionError  # not reached
 
     async def ListQueues(self, request: pb.Pagination, context: grpc.aio.ServicerContext[Any, Any]) -> pb.QueueList:
+        """``size`` keys from ``start`` in order: the partitions' pages merged as they come (a key
+        in several partitions once), a page of each partition in memory at a time. A call that
+        starts where a recent one ended resumes after its last key."""
         crawl = await self._crawl(request.crawlID, context)
         size = request.size or 100
-        names: set[str] = set()
-        for p in range(self.cfg.topics.partitions):  # each partition's first start + size keys
-            after, mine = "", 0
-            while mine < request.start + size:
-                reply = (await self._ask(context, "queues", crawl, [p], after=after, limit=1000,
-                                         inactive=request.include_inactive))[p]  # fmt: skip
-                names.update(reply.queues)
-                mine += len(reply.queues)
-                if not reply.more:
-                    break
-                after = reply.more
-        values = sorted(names)[request.start : request.start + size]
+        inactive = request.include_inactive
+        last = self._queue_ends.pop((crawl, inactive, request.start), None) if request.start else None
+        n = request.start if last is not None else 0
+        after = last or ""
+        first = await self._ask(context, "queues", crawl, after=after, limit=LIST_PAGE, inactive=inactive)
+        pages = {p: (reply.queues, reply.more) for p, reply in first.items()}
+        heads = [(names[0], p, 0) for p, (names, _) in pages.items() if names]
+        heapq.heapify(heads)
+        values: list[str] = []
+        while heads and len(values) < size:
+            name, p, i = heapq.heappop(heads)
+            names, more = pages[p]
+            if i + 1 == len(names) and more:  # this partition's next page
+                reply = (await self._ask(context, "queues", crawl, [p], after=more, limit=LIST_PAGE,
+                                         inactive=inactive))[p]  # fmt: skip
+                pages[p] = names, more = reply.queues, reply.more
+                i = -1
+            if i + 1 < len(names):
+                heapq.heappush(heads, (names[i + 1], p, i + 1))
+            if name == after:
+                continue  # the same key in another partition: once
+            after = name
+            n += 1
+            if n > request.start:
+                values.append(name)
+        if values:  # every partition's keys up to the last one are read: the next call resumes after it
+            self._queue_ends[(crawl, inactive, n)] = after
+            while len(self._queue_ends) > LIST_ENDS:
+                self._queue_ends.popitem(last=False)
         return pb.QueueList(values=values, start=request.start, size=len(values),
                             crawlID=request.crawlID or API_DEFAULT_CRAWL)  # fmt: skip
 
