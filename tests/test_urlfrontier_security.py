@@ -122,6 +122,14 @@ def test_no_gateway_beyond_loopback_that_anyone_may_call(tmp_path: Path) -> None
         check_exposure(replace(exposed, tls_cert=str(ca), tls_key=str(ca), tls_client_ca=str(tmp_path / "nope")))
 
 
+def test_loopback_is_the_live_pages_rule() -> None:
+    from frontier.observability import web
+
+    assert security.MIN_TOKEN_CHARS == web.MIN_TOKEN_CHARS
+    for bind in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost", "0.0.0.0", "[::]", "", "10.0.0.1", "gw.local"):
+        assert security.is_loopback(bind) == web.is_loopback(bind), bind
+
+
 def test_the_command_refuses_in_one_line_with_status_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                         monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     config = tmp_path / "crawl.toml"
