@@ -151,8 +151,10 @@ def test_alerts_fire_on_a_real_prometheus_and_every_panel_has_data(
 ) -> None:
     web_a, web_b, wm1, wm2 = free_port(), free_port(), free_port(), free_port()
     stack = Stack(bootstrap, tmp_path / "stack", partitions=4,
-                  throttle={"delay": 0.2, "autothrottle": {"enabled": False}},
+                  throttle={"delay": 0.5, "autothrottle": {"enabled": False}},
                   frontier={"web_port": web_a, "status_interval": 0.5})  # fmt: skip
+    # (the usual site's 8 URLs, 0.5 s apart, complete over seconds: Prometheus sees the crawl
+    # progress, so CrawlStalled must stay quiet while the refusing host's URLs stay queued)
     refusing, site, orphan_site = sites.sites
     prometheus: Prometheus | None = None
     started = time.monotonic()
