@@ -14,6 +14,9 @@ fi
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q -e '.[test,bench,scrapy]'
+# promtool and prometheus for the monitoring tests (Debian's package, unpacked under ~/.cache: the
+# download stays out of the timed lanes)
+bash deploy/monitoring/install-prometheus.sh >/dev/null
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
