@@ -534,8 +534,11 @@ class Query(msgspec.Struct, kw_only=True, omit_defaults=True):
             raise ValueError(f"query limit must be within 0..{MAX_QUERY_LIMIT}, got {self.limit}")
 
 
-class UrlRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """One recorded URL (a URLFrontier client's), as a reply carries it."""
+class UrlRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """One recorded URL (a URLFrontier client's), as a reply carries it. Not tracked by Python's
+    garbage collector (no cycle can pass through one): the thousand of a page, alive while it is
+    walked, never end up in the collector's oldest generation, whose full collections hold a
+    process as large as the frontier for tens of milliseconds."""
 
     url: str
     key: str

@@ -119,8 +119,8 @@ class Walk:
         self._cursors = ()
 
 
-class ApiRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
-    """A recorded URL's value."""
+class ApiRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
+    """A recorded URL's value (not tracked by the garbage collector, as ``UrlRecord``)."""
 
     meta: dict[str, object] = msgspec.field(default_factory=dict)
     refetch_at: float = -1.0  # -1: discovered (due when queued, ``created``); 0: never again; else due then
@@ -289,7 +289,7 @@ class Recorded(Leases):
         crawl, key, url = split_record_key(rkey)
         record = _record_dec.decode(raw)
         refetch = record.created if record.refetch_at < 0 else record.refetch_at
-        return UrlRecord(url=url, key=key, crawl=crawl, meta=dict(record.meta), refetch_at=refetch,
+        return UrlRecord(url=url, key=key, crawl=crawl, meta=record.meta, refetch_at=refetch,
                          created=record.created)  # fmt: skip
 
     def _list_urls(self, query: Query, records: Cursor, reply: Reply) -> Steps:

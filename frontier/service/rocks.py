@@ -85,13 +85,15 @@ def prefix_end(prefix: bytes) -> bytes | None:
     return bytes(end)
 
 
-def _bounded(prefix: bytes) -> ReadOptions | None:
-    """Read options that end an iteration at the end of ``prefix``'s range (None: no such end)."""
-    bound = prefix_end(prefix)
-    if bound is None:
-        return None
+def _cursor_options(prefix: bytes) -> ReadOptions:
+    """Read options of a cursor: its iteration ends at the end of ``prefix``'s range, and the files
+    its view kept alive are deleted by RocksDB's background threads when it closes (not in the
+    caller's: a view held while the store flushed and compacted can free many)."""
     options = ReadOptions()
-    options.set_iterate_upper_bound(bound)
+    bound = prefix_end(prefix)
+    if bound is not None:
+        options.set_iterate_upper_bound(bound)
+    options.set_background_purge_on_iterator_cleanup(True)
     return options
 
 
@@ -102,8 +104,8 @@ class RocksCursor:
     def __init__(self, kv: RocksKV, db: Rdict, prefix: bytes, after: bytes) -> None:
         self._kv: RocksKV | None = kv
         self._prefix = prefix
-        self._options = _bounded(prefix)  # kept as long as the iterator that uses it
-        self._it: Any = db.iter(self._options) if self._options is not None else db.iter()
+        self._options = _cursor_options(prefix)  # kept as long as the iterator that uses it
+        self._it: Any = db.iter(self._options)
         self.seek(after)
 
     def seek(self, after: bytes) -> None:
