@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from scrapy import FormRequest, Request, Spider
+from scrapy.crawler import Crawler
 from scrapy.http import HtmlResponse, JsonRequest
 from scrapy.settings import Settings
-from scrapy.utils.test import get_crawler
 from twisted.internet.error import ConnectionLost, ConnectionRefusedError, DNSLookupError, TimeoutError
 
 from frontier.client import CrawlDone
@@ -314,7 +314,8 @@ class StoppableJobs:
 
 
 def scheduler_with(*leased: Leased) -> tuple[FrontierScheduler, Slot]:
-    crawler = get_crawler(Shop, {"DOWNLOAD_TIMEOUT": 180})
+    # (not scrapy.utils.test.get_crawler: with no reactor installed, Scrapy 2.13's raises RuntimeError)
+    crawler = Crawler(Shop, {"DOWNLOAD_TIMEOUT": 180})
     slot = Slot()
     crawler.engine = type("Engine", (), {"_slot": slot})()  # type: ignore[assignment]
     scheduler = FrontierScheduler(crawler)
