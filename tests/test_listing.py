@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from frontier.config import Config
 from frontier.core.kv import Cursor, CursorClosed, MemoryKV
@@ -260,6 +262,45 @@ def test_a_cursor_reads_its_prefix_as_it_was_and_seeks_within_it(store: str, tmp
             cursor.next()
     finally:
         kv.close()
+
+
+KEYS = st.binary(min_size=1, max_size=3)
+OPS = st.lists(st.one_of(st.tuples(st.just("put"), KEYS), st.tuples(st.just("delete"), KEYS),
+                         st.tuples(st.just("next"), st.integers(0, 2)), st.tuples(st.just("seek"), KEYS)),
+               max_size=40)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=st.lists(KEYS, max_size=20), prefix=st.binary(max_size=1), after=KEYS, ops=OPS)
+def test_cursors_of_both_stores_read_the_same_view_under_writes(
+    tmp_path: Path, first: list[bytes], prefix: bytes, after: bytes, ops: list[tuple[str, Any]]
+) -> None:
+    path = tmp_path / f"db{abs(hash((tuple(first), prefix, after, tuple(ops))))}"
+    rocks, memory = RocksKV(path), MemoryKV()
+    try:
+        for kv in (rocks, memory):
+            for key in first:
+                kv.put(key, key[::-1])
+        view = {k: k[::-1] for k in first if k.startswith(prefix) and k > after}  # what both must read
+        cursors = [rocks.cursor(prefix, after), memory.cursor(prefix, after)]
+        last = after
+        for i, (op, arg) in enumerate(ops):
+            if op in ("put", "delete"):
+                for kv in (rocks, memory):
+                    kv.put(arg, b"v%d" % i) if op == "put" else kv.delete(arg)
+            elif op == "seek":
+                for cursor in cursors:
+                    cursor.seek(arg)
+                last = max(last, arg)
+            else:
+                want = sorted(k for k in view if k > last)[:1]
+                got = [cursor.next() for cursor in cursors]
+                assert got[0] == got[1] == ((want[0], view[want[0]]) if want else None), (got, want)
+                if want:
+                    last = want[0]
+    finally:
+        rocks.close()
+        RocksKV.destroy(path)
 
 
 def test_a_store_closed_under_an_open_cursor_opens_again_at_once(tmp_path: Path) -> None:

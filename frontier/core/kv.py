@@ -30,7 +30,8 @@ class Cursor(Protocol):
         ...
 
     def seek(self, after: bytes) -> None:
-        """Go on from the first entry after ``after`` (in the same view)."""
+        """Go on from the first entry after ``after`` (in the same view; never back before the
+        last entry read)."""
         ...
 
     def close(self) -> None: ...

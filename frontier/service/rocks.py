@@ -106,13 +106,14 @@ class RocksCursor:
         self._prefix = prefix
         self._options = _cursor_options(prefix)  # kept as long as the iterator that uses it
         self._it: Any = db.iter(self._options)
+        self._last = after  # entries after this one are still to come
         self.seek(after)
 
     def seek(self, after: bytes) -> None:
         if self._it is None:
             raise CursorClosed("cursor closed (its store was closed)")
-        self._it.seek(max(after, self._prefix))
-        self._skip = after  # seek lands on ``after`` itself when it is there
+        self._last = max(self._last, after)  # never back
+        self._it.seek(max(self._last, self._prefix))
 
     def next(self) -> tuple[bytes, bytes] | None:
         it = self._it
@@ -124,7 +125,8 @@ class RocksCursor:
                 return None
             value: bytes = it.value()
             it.next()
-            if key != self._skip:
+            if key != self._last:  # a seek lands on ``after`` itself when it is there
+                self._last = key
                 return key, value
         return None
 
