@@ -144,19 +144,23 @@ class Leases(Robots, Revisits):
                 self._schedule_revisit(learned(item, fb), now)
             else:
                 self._settle(item, now)  # before the lease goes: a crash between leaves it leased
+        # (a lease whose slot its hand-out deadline released: a late result, the slot not freed again)
         event = policy.Done(sent_at=fb.sent_at, done_at=fb.done_at, dispatched_at=lease.dispatched_at, status=fb.status,
                             latency=fb.latency, error=fb.error, headers=fb.headers, adjust=item.adjust,
-                            outcome=fb.outcome)  # fmt: skip
+                            outcome=fb.outcome, late=lease.released_at > 0)  # fmt: skip
         for scope in lease.scopes:
             self._apply(scope, event, now)
         self._delete(key)
         self._closed(lease, now)
         return True
 
-    def hold(self, lease_id: str, until: float) -> bool:
+    def hold(self, lease_id: str, until: float, release: float = 0.0) -> bool:
         """A client took the job (a URLFrontier GetURLs; feedback ``held``): the lease lasts until
         ``until`` (its delay_requestable), then the URL is queued again (:meth:`expire_leases`).
-        False: no such lease open (a result came first)."""
+        ``release``: the hand-out deadline, before ``until``: then the host's slot is released,
+        the send taken as then (the client must have fetched it by that time), while the URL stays
+        held; 0 (or not before ``until``): the lease keeps the slot to its end. False: no such
+        lease open (a result came first)."""
         key = lease_key(lease_id)
         raw = self.kv.get(key)
         if raw is None:
@@ -165,9 +169,9 @@ class Leases(Robots, Revisits):
         if held.kind != "page":
             return False
         held.held_until = until
-        held.deadline = until
+        held.deadline = release if 0 < release < until and not held.released_at else until
         self._put(key, encoder.encode(held))
-        heapq.heappush(self._leases, (until, lease_id))
+        heapq.heappush(self._leases, (held.deadline, lease_id))
         return True
 
     def hold_in_turn(self, lease_id: str, until: float, now: float) -> bool:
@@ -180,6 +184,8 @@ class Leases(Robots, Revisits):
         if raw is None:
             return False
         lease = lease_dec.decode(raw)
+        if lease.held_until:
+            return False  # in a client's hands already (a job a restarted gateway read again): never twice
         # (a lease of a dropped crawl is not queued again: it ends as its drop said, when it expires)
         if (lease.kind == "page" and lease.qkey and not lease.held_until
                 and self._dropped_lease(lease.item.crawl, lease_id) is None):  # fmt: skip
@@ -189,16 +195,35 @@ class Leases(Robots, Revisits):
                 self.stats.returned += 1
                 self._end_lease(key, lease, now)
                 return False
-        return self.hold(lease_id, until)
+        return self.hold(lease_id, until, release=now + self.settings.fetch_timeout)
 
-    def _end_lease(self, key: bytes, lease: Lease[UrlItem], now: float) -> None:
+    def _end_lease(self, key: bytes, lease: Lease[UrlItem], now: float, sent_at: float = 0.0) -> None:
         """Close a lease with no result and no signal (a client's time over, its URL deleted): its
-        scopes' slots are free again, as for a job handed back unfetched."""
-        event = policy.Done(dispatched_at=lease.dispatched_at, adjust=False, outcome="expired")
-        for scope in lease.scopes:
-            self._apply(scope, event, now)
+        scopes' slots are free again, as for a job handed back unfetched (``sent_at``: the host's
+        send taken as then, capped at ``now``). A slot its hand-out deadline released is not freed again."""
+        if not lease.released_at:
+            self._free_slot(lease, sent_at, now)
         self._delete(key)
         self._closed(lease, now)
+
+    def _free_slot(self, lease: Lease[UrlItem], sent_at: float, now: float) -> None:
+        event = policy.Done(sent_at=sent_at, dispatched_at=lease.dispatched_at, adjust=False, outcome="expired")
+        for scope in lease.scopes:
+            self._apply(scope, event, now)
+
+    def _release(self, key: bytes, lease_id: str, raw: bytes, lease: Lease[UrlItem], now: float) -> None:
+        """A URL handed out reached its hand-out deadline (``lease.deadline``) without its client's
+        update (lost with a gateway, or late): its host's slot is released, the send taken as at the
+        deadline (the latest moment the client may fetch it: the host's next URL keeps its delay from
+        there), and the URL stays held until its ``held_until`` (a late update still decides it)."""
+        at = lease.deadline
+        self._free_slot(lease, at, now)
+        held = lease_raw_dec.decode(raw)
+        held.released_at = at
+        held.deadline = held.held_until
+        self._put(key, encoder.encode(held))
+        heapq.heappush(self._leases, (held.deadline, lease_id))
+        self._wake_scopes(lease, now)
 
     def _decided_while_leased(self, item: UrlItem) -> bool:  # Recorded's
         return False
@@ -226,6 +251,10 @@ class Leases(Robots, Revisits):
             site = lease.site or origin(lease.item.url)
             self._robots_pending.discard(site)
             self._wake(f"robots:{site}", now)
+        self._wake_scopes(lease, now)
+
+    def _wake_scopes(self, lease: Lease[UrlItem], now: float) -> None:
+        """The lease's scopes have a slot free: their queues are looked at again."""
         for scope in lease.scopes:
             self._wake(scope, now)
         qid = queue_id(lease.scopes, lease.item.crawl)
@@ -246,11 +275,14 @@ class Leases(Robots, Revisits):
             if lease.deadline > now:
                 heapq.heappush(self._leases, (lease.deadline, lease_id))  # held longer since (a client's hold)
                 continue
+            if lease.held_until > now and not lease.released_at:  # its hand-out deadline: the slot goes
+                self._release(key, lease_id, raw, lease, now)
+                continue
             dropped = self._dropped_lease(lease.item.crawl, lease_id) if lease.kind == "page" else None
             if lease.held_until and dropped is None:  # its client did not answer in time: handed out again
                 self._enqueue_back(lease.qkey, lease.item, now)
                 self.stats.returned += 1
-                self._end_lease(key, lease, now)
+                self._end_lease(key, lease, now, sent_at=lease.deadline)  # (sent by its deadline at the latest)
                 expired += 1
                 continue
             if dropped is not None:
@@ -269,7 +301,7 @@ class Leases(Robots, Revisits):
                 else:
                     self._enqueue_back(lease.qkey, item, now)
                     self._reopen(item, now)
-            for scope in lease.scopes:
+            for scope in lease.scopes if not lease.released_at else ():
                 self._apply(scope, policy.Lost(), now)
             self._delete(key)
             self._closed(lease, now)

@@ -43,6 +43,9 @@ class Lease(msgspec.Struct, Generic[ItemT], kw_only=True):
     error: str = ""  # reports: why the URL ends without a fetch
     site: str = ""  # robots: the origin whose robots.txt this is (the URL may be a redirect hop)
     held_until: float = 0.0  # in a URLFrontier client's hands until then (feedback "held"); 0: not handed out
+    # a URL handed out by GetURLs: its hand-out deadline passed then, and its host's slot was
+    # released (its send taken as then) while the URL stays held until ``held_until``; 0: not yet
+    released_at: float = 0.0
 
 
 class Stats(msgspec.Struct, kw_only=True):

@@ -217,16 +217,26 @@ class Jobs:
             except Exception as exc:  # noqa: BLE001 - kept: serve() raises it once closed
                 log.error("the worker's consumer failed: %s: %s", type(exc).__name__, exc)
                 self.failure = exc
-        for task in list(self.consuming.held):
-            task.cancel()  # handed back (see handle): nothing was sent
-        while self._ready is not None and not self._ready.empty():
-            job = self._ready.get_nowait()
-            if not job.reported:
-                await self.release(job)
         running = {t for ts in self.consuming.running.values() for t in ts}
+        backs: set[asyncio.Task[None]] = set()
         deadline = time.monotonic() + self.cfg.frontier.fetch_timeout + 5
-        while (running or self._timers) and time.monotonic() < deadline:
+        while True:
+            # Every turn, not once: the consumer's last poll started job tasks that reach their
+            # slot (or the ready list) only now, and nobody takes a job any more: handed back
+            # (see handle), nothing was sent. Their reports' done marks are committed here, the
+            # poller that commits them having stopped (else each waited for the deadline below)
+            for task in list(self.consuming.held):
+                task.cancel()
+            while self._ready is not None and not self._ready.empty():
+                job = self._ready.get_nowait()
+                if not job.reported:
+                    backs.add(asyncio.ensure_future(self.release(job)))
+            if self.consuming.marks and self.consuming.consumer is not None:
+                await asyncio.to_thread(self.consuming.commit_marks, self.consuming.consumer)
             running = {t for t in running if not t.done()}
+            backs = {t for t in backs if not t.done()}
+            if not (running or backs or self._timers) or time.monotonic() >= deadline:
+                break
             await asyncio.sleep(0.05)
         consumer, self.consuming.consumer = self.consuming.consumer, None
         if consumer is not None:

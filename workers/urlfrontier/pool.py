@@ -4,13 +4,15 @@ The gateway is a worker of every crawl a client uses (one :class:`~workers.api.j
 crawl, in its worker group): a job comes to it only when the frontier's politeness says its host
 may be sent to, and the worker API holds it until its send time. A job waits in the crawl's
 *ready* list until a GetURLs takes it; then it is *handed out*: the frontier is told to keep its
-lease until ``delay_requestable`` has passed (feedback ``held``), after which the frontier queues
-the URL again, whether or not this gateway still runs. A known-URL update of a URL handed out
-here reports its job (status and throttling headers from its metadata: the host's delay moves
-as for any worker's report). A ready job past its time is handed back to the frontier, and so is
-every ready job of a crawl no GetURLs asked for in ``urlfrontier.unasked`` seconds (a job waiting
-here holds its host's slot for every crawl: another crawl of the host that is asked for gets the
-host's next turn).
+lease until ``delay_requestable`` has passed (a ``hold`` query), after which the frontier queues
+the URL again, whether or not this gateway still runs; the host's slot it keeps only until the
+hand-out deadline (``frontier.fetch_timeout`` after the hold: the client must have fetched it by
+then), so an update lost with a gateway holds the host no longer. A known-URL update of a URL
+handed out here reports its job (status and throttling headers from its metadata: the host's
+delay moves as for any worker's report), sent as late as the update came. A ready job past its
+time is handed back to the frontier, and so is every ready job of a crawl no GetURLs asked for
+in ``urlfrontier.unasked`` seconds (a job waiting here holds its host's slot for every crawl:
+another crawl of the host that is asked for gets the host's next turn).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ MAX_HANDED = 200_000  # URLs handed out remembered per crawl (their updates repo
 @dataclass
 class Handed:
     job: LeasedJob
-    at: float  # handed out then (epoch s): the send time reported
+    at: float  # handed out then (epoch s)
     until: float  # the client has it until then
 
 
@@ -173,12 +175,15 @@ class CrawlPool:
             self.handed.popitem(last=False)
 
     async def updated(self, url: str, signal: Signal) -> bool:
-        """A known-URL update of ``url``: its job here, if any, is reported (True)."""
+        """A known-URL update of ``url``: its job here, if any, is reported (True). Its send time is
+        the latest moment the client could have fetched it: now, as the update comes (a client may
+        fetch a URL it holds long after it was handed out: the host's next request keeps its delay
+        from this one's, whenever it was sent)."""
         handed = self.handed.pop(url, None)
         if handed is None or handed.job.reported:
             return False
         status = signal.status or 200  # an update that says nothing: processed (no latency sample)
-        outcome = Outcome(status=status, headers=signal.headers or {}, sent_at=handed.at, page=False,
+        outcome = Outcome(status=status, headers=signal.headers or {}, sent_at=time.time(), page=False,
                           follow_ups=[])  # fmt: skip
         try:
             await handed.job.finish(outcome)
