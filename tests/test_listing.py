@@ -33,7 +33,7 @@ from frontier.service.service import FrontierService
 from tests.test_service_protocol import Event, Recorder, serve
 from tests.test_urlfrontier import SETTINGS, THROTTLE
 from topics.catalog import Topics
-from topics.schemas import ControlCommand, Query, Reply, UrlItem
+from topics.schemas import ControlCommand, Query, Reply, UrlItem, decode, encode
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
 from workers.urlfrontier.service import Gateway
 
@@ -240,6 +240,17 @@ def test_a_question_answers_for_the_moment_it_came_whatever_is_written_between_i
         kv.close()
 
 
+def test_a_page_goes_out_as_the_same_json_its_records_waiting_as_bytes() -> None:
+    f = make(MemoryKV())
+    recorded(f, keys=3, per_key=400)
+    walk = f.walk(query("urls", limit=1000), T0)
+    walk.finish()
+    reply = walk.reply
+    assert len(reply.urls) == 1000 and reply.more == "Ulisting\x1ek0002.test\x1fhttp://k0002.test/p/000199"
+    assert walk.encoded() == encode(reply)  # what the gateway decodes is what it always was
+    assert decode(walk.encoded(), Reply) == reply
+
+
 # -- cursors -----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("store", ["memory", "rocksdb"])
 def test_a_cursor_reads_its_prefix_as_it_was_and_seeks_within_it(store: str, tmp_path: Path) -> None:
@@ -324,7 +335,7 @@ def owned_service(f: PartitionFrontier, kv: MemoryKV) -> tuple[FrontierService, 
     svc = FrontierService(replace(Config(), frontier=SETTINGS), clock=lambda: T0)
     serve(svc, Recorder(), f, kv)
     replies: list[Reply] = []
-    svc._reply = lambda reply, q: replies.append(reply)  # type: ignore[method-assign]
+    svc._reply = lambda reply, q: replies.append(decode(reply, Reply))  # type: ignore[method-assign]
     return svc, replies
 
 

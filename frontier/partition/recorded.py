@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
+from typing import cast
 
 import msgspec
 
@@ -46,7 +47,7 @@ from frontier.partition.keys import (
 from frontier.partition.leases import Leases
 from frontier.partition.records import encoder, item_dec, lease_dec
 from frontier.partition.seen import SEEN_DONE, SEEN_OPEN, SEEN_REVISIT, read_seen, seen_value
-from topics.schemas import MAX_QUERY_LIMIT, Query, Reply, UrlItem, UrlRecord
+from topics.schemas import MAX_QUERY_LIMIT, Query, Reply, UrlItem, UrlRecord, encode
 
 REPLY_BUDGET = 256 * 1024  # bytes of URL records or keys in one reply at most (the topic allows 4 MiB)
 SLICE_SECONDS = 0.002  # a walk's slice ends once it has run this long...
@@ -80,15 +81,37 @@ Steps = Generator[None, Budget, None]  # a walk's body: yields when its budget i
 
 class Walk:
     """A reading question's answer computed a slice at a time: :meth:`step` runs one slice within
-    its budget and says whether :attr:`reply` is complete. The cursors it reads were made when the
-    question came; :meth:`close` lets them go (done, or given up)."""
+    its budget and says whether the answer is complete (:meth:`encoded` as it goes on the topic,
+    :attr:`reply` decoded). The cursors it reads were made when the question came; :meth:`close`
+    lets them go (done, or given up).
 
-    def __init__(self, reply: Reply, steps: Steps | None = None, cursors: tuple[Cursor, ...] = ()) -> None:
-        self.reply = reply
+    A page's URL records are encoded as they are read (``page``) and wait as bytes: a thousand
+    records kept as objects until the page is sent made Python's collector run about once a page,
+    and its full collections, which hold the frontier process for 60-90 ms, every few minutes of
+    a listing (measured)."""
+
+    def __init__(self, reply: Reply, steps: Steps | None = None, cursors: tuple[Cursor, ...] = (),
+                 page: list[msgspec.Raw] | None = None) -> None:  # fmt: skip
+        self._reply = reply
+        self._page = page if page is not None else []
         self._steps = steps
         self._cursors = cursors
         if steps is not None:
             next(steps)  # to its first yield: it waits for a budget there
+
+    @property
+    def reply(self) -> Reply:
+        """The answer with its URL records decoded (in-process callers, tests)."""
+        if self._page and not self._reply.urls:
+            self._reply.urls = [_url_record_dec.decode(raw) for raw in self._page]
+        return self._reply
+
+    def encoded(self) -> bytes:
+        """The answer as it goes on ``crawl.replies``: ``encode(reply)``, its URL records written
+        as they were encoded when read (msgspec writes a ``Raw`` as it is)."""
+        if not self._page:
+            return encode(self._reply)
+        return encode(msgspec.structs.replace(self._reply, urls=cast("list[UrlRecord]", self._page)))
 
     def step(self, budget: Budget) -> bool:
         """One slice; True once the reply is complete (the cursors are then closed)."""
@@ -130,6 +153,7 @@ class ApiRecord(msgspec.Struct, kw_only=True, omit_defaults=True, gc=False):
 
 _record_dec = msgspec.json.Decoder(ApiRecord)
 _record_enc = msgspec.json.Encoder()
+_url_record_dec = msgspec.json.Decoder(UrlRecord)
 
 
 class Recorded(Leases):
@@ -210,7 +234,8 @@ class Recorded(Leases):
         if query.kind == "urls":
             after = query.after.encode("utf-8", "surrogateescape") if query.after else b""
             records = self.kv.cursor(record_prefix(query.crawl, query.key or None), after)
-            return Walk(reply, self._list_urls(query, records, reply), (records,))
+            page: list[msgspec.Raw] = []
+            return Walk(reply, self._list_urls(query, records, reply, page), (records,), page)
         if query.kind == "queues":
             records = self.kv.cursor(record_prefix(query.crawl), records_after(query.crawl, query.after)
                                      if query.after else b"")  # fmt: skip
@@ -292,19 +317,21 @@ class Recorded(Leases):
         return UrlRecord(url=url, key=key, crawl=crawl, meta=record.meta, refetch_at=refetch,
                          created=record.created)  # fmt: skip
 
-    def _list_urls(self, query: Query, records: Cursor, reply: Reply) -> Steps:
-        """A page of records from the cursor (made after ``query.after``): up to ``limit`` records
-        or ``REPLY_BUDGET`` bytes; ``more`` is the last one's key when more follow."""
+    def _list_urls(self, query: Query, records: Cursor, reply: Reply, page: list[msgspec.Raw]) -> Steps:
+        """A page of records from the cursor (made after ``query.after``), each encoded into
+        ``page``: up to ``limit`` records or ``REPLY_BUDGET`` bytes; ``more`` is the last one's key
+        when more follow."""
         budget = yield
         limit = min(query.limit or MAX_QUERY_LIMIT, MAX_QUERY_LIMIT)
         used = 0
         while (entry := records.next()) is not None:
             rkey, raw = entry
-            if len(reply.urls) >= limit or used > REPLY_BUDGET:
+            if len(page) >= limit or used > REPLY_BUDGET:
                 return  # reply.more: the last one sent
-            reply.urls.append(self._url_record(rkey, raw))
+            record = encode(self._url_record(rkey, raw))
+            page.append(msgspec.Raw(record))
             reply.more = rkey.decode("utf-8", "surrogateescape")
-            used += len(rkey) + len(raw)
+            used += len(record)
             if budget.spend():
                 budget = yield
         reply.more = ""

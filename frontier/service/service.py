@@ -314,7 +314,7 @@ class FrontierService(Reporting, Lifecycle):
             log.info("query %s crawl %r key %r: %d removed (partition %d)", query.kind, query.crawl, query.key[:100],
                      reply.counts.get("removed", 0), p)  # fmt: skip
         self._note(owned, CONTROL, event)
-        self._mark(p, owned, (event,), then=lambda: self._reply(reply, query))
+        self._mark(p, owned, (event,), then=lambda: self._reply(encode(reply), query))
         self._wake.set()
 
     def _walk(self, p: int, owned: _Owned, query: Query) -> None:
@@ -322,12 +322,12 @@ class FrontierService(Reporting, Lifecycle):
         in turn with the other questions), its answer sent once complete."""
         walk = owned.frontier.walk(query, self.clock())
         if walk.step(Budget(self.slice_clock)):
-            self._reply(walk.reply, query)
+            self._reply(walk.encoded(), query)
             return
         if len(self._walks) >= MAX_WALKS:
             walk.close()
-            self._reply(Reply(id=query.id, partition=p, error=f"busy: {MAX_WALKS} questions are being answered, "
-                              "ask again later"), query)  # fmt: skip
+            busy = f"busy: {MAX_WALKS} questions are being answered, ask again later"
+            self._reply(encode(Reply(id=query.id, partition=p, error=busy)), query)
             return
         self._walks.append(_Walking(p, owned, query, walk))
         if self._walker is None:
@@ -351,10 +351,10 @@ class FrontierService(Reporting, Lifecycle):
                 except Exception as exc:  # one question failing must not stop the others
                     log.exception("query %s of partition %d failed", walking.query.kind, walking.p)
                     error = f"{type(exc).__name__}: {exc}"[:500]
-                    self._reply(Reply(id=walking.query.id, partition=walking.p, error=error), walking.query)
+                    self._reply(encode(Reply(id=walking.query.id, partition=walking.p, error=error)), walking.query)
                     continue
                 if done:
-                    self._reply(walking.walk.reply, walking.query)
+                    self._reply(walking.walk.encoded(), walking.query)
                 else:
                     self._walks.append(walking)
         finally:
@@ -364,15 +364,16 @@ class FrontierService(Reporting, Lifecycle):
         self.metrics.loop_late.observe(late)
         self.metrics.loop_busy.observe(busy)
 
-    def _reply(self, reply: Reply, query: Query) -> None:
+    def _reply(self, reply: bytes, query: Query) -> None:
+        """Send an encoded :class:`Reply` to the gateway that asked."""
         task = asyncio.ensure_future(self._send_reply(reply, query))
         self._replies.add(task)  # kept until sent
         task.add_done_callback(self._replies.discard)
 
-    async def _send_reply(self, reply: Reply, query: Query) -> None:
+    async def _send_reply(self, reply: bytes, query: Query) -> None:
         """A reply that cannot be sent is logged, never fatal: its asker times out and says so."""
         try:
-            await self.producer.send(self.topics.replies, encode(reply), key=query.reply_to.encode(),
+            await self.producer.send(self.topics.replies, reply, key=query.reply_to.encode(),
                                      partition=partition_for(query.reply_to, self.topics.partitions))  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - an answer lost must not stop the frontier
             log.warning("reply to %s (%s) not sent: %s", query.reply_to[:100], query.kind, exc)
