@@ -6,7 +6,9 @@ an in-memory producer, an injected clock for the stall watch."""
 
 from __future__ import annotations
 
+import asyncio
 import time
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp
@@ -269,3 +271,29 @@ async def test_a_mark_whose_partition_is_lost_before_its_commit_reports_nothing(
     await worker.jobs.publisher.settled()
     assert site.hits == ["/g"] and producer.pages() == [] and [fb.lease[-5:] for fb in producer.feedback()] == ["~late"]
     assert consumer.commits == [([(2, None)], 0)]  # the other partition's point only
+
+
+class PollingConsumer(RecordingConsumer):
+    def poll(self, timeout: float) -> None:
+        time.sleep(timeout)
+
+
+async def test_a_report_after_the_worker_stopped_has_its_done_mark_committed_before_the_close() -> None:
+    """A request on its way when the worker was told to stop (a Scrapy spider's SIGTERM with a
+    download in flight) reports after the consumer's loop took its last job, and before the close
+    (the spider's close waits for that report, then closes the worker): its done mark is committed
+    by that loop until the close begins (it waited for ever: nothing committed it)."""
+    producer = FakeProducer()
+    jobs = worker_with(Clock(), producer).jobs
+    consumer = PollingConsumer(producer)
+    jobs.consuming.consumer, jobs.consuming.loop = consumer, asyncio.get_running_loop()
+    jobs.tracker.started(*TP, 3)
+    poller = asyncio.ensure_future(jobs.consuming.run(consumer))
+    jobs.stop()
+    await asyncio.sleep(0.3)  # the loop took its last job
+    leased: Any = SimpleNamespace(_coords=(*TP, 3))
+    assert await asyncio.wait_for(jobs.consuming.mark_done(leased), 5) is True
+    assert [points for points, _ in consumer.commits] == [[(4, None)]]
+    assert not poller.done()
+    jobs.consuming.finishing.set()  # the close begins: the loop ends, the close commits from now on
+    await asyncio.wait_for(poller, 5)

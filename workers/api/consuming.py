@@ -76,6 +76,7 @@ class JobConsumer:
         self.running: dict[tuple[str, int], set[asyncio.Task[None]]] = defaultdict(set)  # by (topic, partition)
         self.held: set[asyncio.Task[None]] = set()  # tasks waiting for a job's slot
         self.skipped_reported = 0  # re-delivered jobs a previous owner had reported (not fetched again)
+        self.finishing = threading.Event()  # set by the close: it commits the done marks from now on
 
     def start(self, consumer: Consumer, topic: str) -> asyncio.Task[None]:
         """Join the group on ``topic`` with ``consumer``; the loop that takes jobs, in a task."""
@@ -96,6 +97,17 @@ class JobConsumer:
         return task
 
     async def run(self, consumer: Consumer) -> None:
+        await self._take_jobs(consumer)
+        # Stopped, not closed yet: no job is taken any more, but the jobs in hand may still report (a
+        # request on its way when the worker was told to stop: a Scrapy spider's close waits for it,
+        # then for its report, before it closes the worker): their done marks are committed here
+        # until the close, which commits them itself, begins
+        while not self.finishing.is_set():
+            if self.marks:
+                await asyncio.to_thread(self.commit_marks, consumer)
+            await asyncio.sleep(0.05)
+
+    async def _take_jobs(self, consumer: Consumer) -> None:
         last_commit = last_lag = last_prune = time.monotonic()
         cap = self.concurrency * 4
         while not self.stopping.is_set():

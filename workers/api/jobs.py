@@ -211,6 +211,7 @@ class Jobs:
         code's hands up to the fetch timeout; commit; close the clients."""
         self.stop()
         self._closing = True
+        self.consuming.finishing.set()  # the poller ends; the marks are committed below
         if self._poller is not None:
             try:
                 await self._poller
