@@ -258,7 +258,8 @@ class Gateway(pbg.URLFrontierServicer):
             except TooManyCrawls as exc:
                 await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(exc))
                 raise
-        # a client's hold keeps its host's slot (for every crawl): never longer than MAX_HOLD
+        # a client's hold: never longer than MAX_HOLD (its host's slot goes at the hand-out deadline,
+        # frontier.fetch_timeout after the hold, or with the URL's update if it comes first)
         delay = min(float(request.delay_requestable or self.cfg.urlfrontier.delay_requestable), MAX_HOLD)
         key = request.key or None
         per_queue, queues = request.max_urls_per_queue, request.max_queues
