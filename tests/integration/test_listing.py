@@ -164,6 +164,12 @@ def test_listing_a_crawls_records_beside_a_running_crawl_never_holds_dispatch(bo
         wait_until(lambda: scrape(web)["events:ingested"] >= len(crawl_urls), timeout=60, what="the crawl queued")
         wait_until(lambda: sum(len(s.hits) for s in fleet.sites) >= 40, timeout=60, what="the crawl under way")
         wait_until(lambda: quiet(web), timeout=60, interval=1.0, what="the loop quiet after seeding")
+        t = time.monotonic()
+        assert client.CountURLs(pb.CountUrlParams(crawlID=CRAWL), timeout=60).value == RECORDS
+        figures["count_s"] = round(time.monotonic() - t, 2)  # alone: no listing beside it
+        t = time.monotonic()
+        assert client.GetStats(pb.QueueWithinCrawlParams(crawlID=CRAWL), timeout=60).counts["completed"] == RECORDS
+        figures["stats_s"] = round(time.monotonic() - t, 2)
 
         # 3. the listing, watched
         before = scrape(web)
