@@ -7,7 +7,8 @@ setting, so no single record can freeze a host (or every host under a suffix) fo
 
 - ``throttle.<scope>.gate_max`` (1 h): a Retry-After or RateLimit gate, and a published budget's
   reset (its pacing and its hard stop);
-- ``frontier.hold_max`` (1 h): a job held in a client's hands (its host's slot kept meanwhile);
+- ``frontier.hold_max`` (1 h): a job held in a client's hands (the URL not handed out again; its
+  host's slot kept only until the hand-out deadline, ``frontier.fetch_timeout``);
 - ``frontier.block_max`` (30 days): a scope blocked by BlockQueueUntil or a ``block`` command.
 """
 
