@@ -39,7 +39,9 @@ fi
 #  3. alone, one after the other: the listing test (it judges the frontier's loop while it walks
 #     200,000 records) and the Scrapy tests on the oldest Scrapy the add-on claims.
 # CI on a clean clone, 2026-11-27: setup 0:52, phase 1 15:25 (lanes 14:49, 15:21, 4:16), phase 2
-# 12:35 (the cluster 12:31, 11:35 alone; the other lanes 7:09 and 7:58); 28:52 in all.
+# 12:35 (the cluster 12:31, 11:35 alone; the other lanes 7:09 and 7:58); 28:52 in all. With phase 3
+# (c34cf90, the machine shared with other engineers' tests in phase 1): phase 1 18:16 (lanes 17:27,
+# 18:16, 13:22), phase 2 11:55 (7:14, 9:48), phase 3 5:12 (1:55, 3:17); about 43 minutes in all.
 logs=$(mktemp -d)
 I=tests/integration
 TIMED_A=($I/test_retries.py $I/test_budgets.py $I/test_crawls.py $I/test_scrapy.py $I/test_scrapy_edges.py
