@@ -110,3 +110,11 @@ def test_a_partition_keeps_at_most_max_crawls_and_says_why_it_left_a_url_out() -
     with pytest.raises(Refused, match="too many crawls"):
         f.control(ControlCommand(action="pause", crawl="four"), T0)
     f.control(ControlCommand(action="pause", crawl="one"), T0)  # a known crawl: applied
+
+
+def test_the_live_pages_token_is_never_shown_in_a_repr() -> None:
+    """Issue 37: a configuration printed (a log line, a traceback's locals) must not carry it."""
+    from frontier.config import Config, FrontierConfig
+
+    cfg = Config(frontier=FrontierConfig(web_token="s3cret-token-of-16+chars"))
+    assert "s3cret" not in repr(cfg) and "s3cret" not in str(cfg.frontier)

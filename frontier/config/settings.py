@@ -168,7 +168,8 @@ class FrontierConfig:
     status_interval: float = 2.0  # seconds between status snapshots on crawl.frontier.status
     web_port: int = 0  # the live page, /api/status and /metrics (Prometheus); 0 disables it
     web_bind: str = "127.0.0.1"  # address of that server ("0.0.0.0" in containers)
-    web_token: str = ""  # required (header or basic auth) for the page, /api/* and commands; must be set off loopback
+    # required (header or basic auth) for the page, /api/* and commands; must be set off loopback; never in a repr
+    web_token: str = field(default="", repr=False)
     seen_retention: float = 30 * 86400.0  # a seen URL is forgotten this long after it was last seen/fetched; 0: never
     ip_scope: bool = False  # hosts that resolve to one IPv4/IPv6 address share one politeness scope (router resolves)
     embedded_router: bool = True  # route crawl.urls in this process; false: run `crawl-frontier router`
