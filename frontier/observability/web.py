@@ -33,7 +33,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import ipaddress
 import logging
 from collections.abc import Awaitable, Callable
 from importlib import resources
@@ -44,24 +43,14 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from frontier.config import ConfigError, FrontierConfig
+from frontier.config.exposure import MIN_TOKEN_CHARS, is_loopback
 from frontier.observability.history import StatusHistory
 from frontier.observability.watch import WATCH_SECONDS, WatchBusy, watch_scope
 
 log = logging.getLogger(__name__)
 
-MIN_TOKEN_CHARS = 16  # a token that guards a non-loopback address
 OPEN_PATHS = frozenset({"/healthz", "/metrics"})  # served without the token
 REALM = 'Basic realm="crawl frontier", charset="UTF-8"'
-
-
-def is_loopback(bind: str) -> bool:
-    """Does ``bind`` listen on loopback only? ("" and host names other than localhost: no.)"""
-    if bind.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(bind.strip().strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def loopback_host(host: str) -> bool:

@@ -44,6 +44,7 @@ from deploy.kafka import free_port
 from frontier.demo.sites import SiteFleet
 from frontier.demo.stack import Stack, wait_until
 from tests.integration.helpers import politeness_failures
+from tests.integration.test_urlfrontier import wait_serving
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
 from workers.urlfrontier.proto import urlfrontier_pb2_grpc as pbg
 
@@ -67,14 +68,6 @@ LONG_LATE_BY = 12.0  # ...this long: fetched once the gateway is back, its updat
 TRANSIT = 1.0  # seconds from a URL's release at the frontier to the client: Kafka, the gateway, the stream
 SERVED_AGAIN = FETCH_TIMEOUT + DELAY + QUERY_EVERY + TRANSIT
 STOP_WITHIN = 5.0  # seconds a SIGTERM'd gateway may take to exit
-
-
-def wait_serving(port: int, timeout: float = 60.0) -> None:
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    try:
-        grpc.channel_ready_future(channel).result(timeout=timeout)
-    finally:
-        channel.close()
 
 
 class _Stream:

@@ -33,24 +33,13 @@ from urllib.parse import unquote
 import grpc
 
 from frontier.config import ConfigError, UrlFrontierConfig
+from frontier.config.exposure import MIN_TOKEN_CHARS, is_loopback
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-MIN_TOKEN_CHARS = 16  # a token that guards a non-loopback address (as the live page's: frontier.observability.web)
 KEEPALIVE_TIMEOUT = 20.0  # seconds a ping may go unanswered before its connection is closed
 # the loggers of this project (SetLogLevel may change these and their children, nothing else)
 OWN_LOGGERS = ("frontier", "workers", "topics", "worker", "urlfrontier", "background")
-
-
-def is_loopback(bind: str) -> bool:
-    """Does ``bind`` listen on loopback only? ("" and host names other than localhost: no.) The
-    live page's rule (frontier.observability.web.is_loopback), which this package may not import."""
-    if bind.strip().lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(bind.strip().strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def read_token(cfg: UrlFrontierConfig) -> str:
