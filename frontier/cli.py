@@ -6,7 +6,7 @@ Subcommands: ``kafka up|down|status``, ``topics create``, ``submit``, ``forget``
 clear line and exit with status 2. Every command that needs Kafka first checks that it answers:
 if not, one line ("cannot reach Kafka at ...: is `crawl-frontier kafka up` running?") and exit
 status 1 within seconds (``frontier``, ``router`` and ``worker`` wait up to 30 s for a broker
-that is starting). librdkafka's own log lines go to the ``frontier.kafka.librdkafka`` logger:
+that is starting). librdkafka's own log lines go to the ``topics.kafka.librdkafka`` logger:
 quiet unless ``--verbose`` here, WARNING and up in the services' logs.
 
 A thin shell: submissions, pages, status and scope commands go through
@@ -30,7 +30,7 @@ from pathlib import Path
 from frontier.client import FrontierClient, SubmitError, read_lines, submission_value
 from frontier.config import Config, ConfigError, load
 from frontier.core import revisit
-from frontier.kafka import Kafka, KafkaUnreachable
+from topics.kafka import Kafka, KafkaUnreachable
 from topics.schemas import DEFAULT_CRAWL, ControlCommand, Page, valid_crawl
 
 __all__ = ["build_parser", "main", "submission_value"]
@@ -233,8 +233,8 @@ def _pages_to_warc(args: argparse.Namespace, pages: Generator[Page, None, None])
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from frontier.observability.crawls import render_crawls
-    from frontier.observability.status import LIVE_SECONDS, render
+    from frontier.client.crawls import render_crawls
+    from frontier.client.status import LIVE_SECONDS, render
 
     client = _client(args)
     while True:
@@ -272,8 +272,8 @@ def _send(args: argparse.Namespace, cmd: ControlCommand, sent: str) -> int:
 
 
 def cmd_crawls(args: argparse.Namespace) -> int:
-    from frontier.observability.crawls import render_crawls
-    from frontier.observability.status import LIVE_SECONDS
+    from frontier.client.crawls import render_crawls
+    from frontier.client.status import LIVE_SECONDS
 
     client = _client(args)
     if args.wait:

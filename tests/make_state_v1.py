@@ -48,7 +48,7 @@ import msgspec
 
 from frontier.config import FrontierConfig, ThrottleConfig
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import parse_input, seen_fingerprint
+from frontier.core.urls import parse_input, seen_fingerprint
 from frontier.partition import SEEN_DONE, SEEN_OPEN, SEEN_REVISIT, PartitionFrontier, read_seen
 from frontier.partition import keys as layout
 from frontier.partition.records import item_dec, lease_dec, override_dec, robots_dec, stats_dec

@@ -5,10 +5,10 @@ simulator), and the pure state machine with injected time. Nothing here sleeps o
 import msgspec
 import pytest
 
+from frontier.client.status import sentence
 from frontier.config import ScopeSettings
 from frontier.core import budget
 from frontier.core.policy import Done, ScopeState, Sent, apply, decide, delay
-from frontier.observability.status import sentence
 from frontier.sim import sites
 from frontier.sim.engine import T0, simulate
 from frontier.sim.grid import BUDGETS, _budget_row, budgets, open_settings

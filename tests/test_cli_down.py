@@ -18,7 +18,7 @@ from frontier import client as client_module
 from frontier.cli import main
 from frontier.client import FrontierClient, SubmitError
 from frontier.config import Config
-from frontier.kafka import LIBRDKAFKA_LOG, Kafka, KafkaUnreachable
+from topics.kafka import LIBRDKAFKA_LOG, Kafka, KafkaUnreachable
 
 DOWN = "127.0.0.1:1"
 LINE = f"cannot reach Kafka at {DOWN}: is `crawl-frontier kafka up` running?"

@@ -281,8 +281,8 @@ def test_environment_overrides_are_checked_too(env: dict[str, str], message: str
 
 def test_the_body_cap_keeps_a_page_within_the_pages_topic() -> None:
     """A body cap above what crawl.pages takes made every large page fail to publish."""
-    from frontier.kafka import producer_conf
     from topics.catalog import MAX_PAGE_BODY_BYTES, PAGES, PRODUCER_MAX_BYTES, page_record_bytes
+    from topics.kafka import producer_conf
 
     assert PRODUCER_MAX_BYTES == producer_conf({})["message.max.bytes"]
     assert page_record_bytes(MAX_PAGE_BODY_BYTES) <= PAGES.max_message_bytes <= PRODUCER_MAX_BYTES

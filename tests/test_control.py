@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from frontier.core.control import control_record, covers, scope_domain
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import parse_input, url_fingerprint
+from frontier.core.urls import parse_input, url_fingerprint
 from frontier.partition import SEEN_REVISIT, PartitionFrontier, Refused, read_seen
 from frontier.partition import scopes as scopes_module
 from tests.test_partition import SETTINGS, THROTTLE, Log, fb, items

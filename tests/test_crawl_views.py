@@ -10,7 +10,7 @@ import re
 import pytest
 
 from frontier.client import submission_value
-from frontier.observability.crawls import OTHER, busy, crawl_rows, render_crawls, shown
+from frontier.client.crawls import OTHER, busy, crawl_rows, render_crawls, shown
 from frontier.observability.metrics import FrontierMetrics
 from topics.catalog import Topics, crawl_token, workers_group
 from topics.schemas import CrawlStatus, Status

@@ -25,7 +25,7 @@ import pytest
 
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import Rejection, parse_input, seen_fingerprint, url_fingerprint
+from frontier.core.urls import Rejection, parse_input, seen_fingerprint, url_fingerprint
 from frontier.partition import PartitionFrontier
 from topics.schemas import (
     DEFAULT_CRAWL,

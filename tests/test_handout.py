@@ -28,7 +28,7 @@ from confluent_kafka import TopicPartition
 
 from frontier.config import AutoThrottleSettings, Config, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import parse_input
+from frontier.core.urls import parse_input
 from frontier.partition import PartitionFrontier
 from frontier.partition.keys import lease_key
 from frontier.partition.records import lease_dec

@@ -24,11 +24,11 @@ PURE = (
     "frontier.core.scheduler",
     "frontier.core.state",
     "frontier.partition",
-    "frontier.intake.urls",
+    "frontier.core.urls",
     "frontier.intake.addresses",
     "frontier.observability.watch",
-    "frontier.observability.history",
-    "frontier.observability.status",
+    "frontier.client.history",
+    "frontier.client.status",
     "frontier.config",
     "frontier.sim.engine",
     "topics.schemas",
@@ -41,9 +41,7 @@ WORKER_API = (
     "workers.api",
     "frontier.core",
     "frontier.config",
-    "frontier.kafka",
-    "frontier.intake.urls",
-    "frontier.observability.metrics",
+    "frontier.observability.process",
     "topics",
 )
 
@@ -51,25 +49,21 @@ WORKER_API = (
 ALLOWED: dict[str, tuple[str, ...]] = {
     "frontier": (),  # the package's own __init__: the map, no imports
     "topics": ("topics",),
-    "topics.admin": ("topics", "frontier.kafka"),  # its admin clients, like every client, from frontier.kafka
     "frontier.config": ("topics.catalog",),
     "frontier.core": (
         "frontier.core",
         "frontier.config",
-        "frontier.intake.urls",
         "topics.schemas",
         "topics.catalog",
         "topics.partitioning",
     ),
-    "frontier.partition": ("frontier.core", "frontier.config", "frontier.intake.urls", "topics.schemas"),
-    "frontier.intake": ("frontier.intake", "frontier.core", "frontier.config", "frontier.kafka", "topics"),
-    "frontier.kafka": ("topics",),
+    "frontier.partition": ("frontier.core", "frontier.config", "topics.schemas"),
+    "frontier.intake": ("frontier.intake", "frontier.core", "frontier.config", "topics"),
     "frontier.observability": (
         "frontier.observability",
         "frontier.core",
         "frontier.config",
-        "frontier.kafka",
-        "frontier.intake.urls",
+        "frontier.client",
         "topics",
     ),
     "frontier.service": (
@@ -78,14 +72,14 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "frontier.config",
         "frontier.partition",
         "frontier.intake",
-        "frontier.kafka",
+        "frontier.client",
         "frontier.observability",
         "topics",
     ),
     "frontier.sim": ("frontier.sim", "frontier.core", "frontier.config", "topics.schemas"),
     "frontier.demo": OURS,
     "frontier.cli": OURS,
-    "frontier.client": ("frontier.config", "frontier.core", "frontier.kafka", "frontier.observability", "topics"),
+    "frontier.client": ("frontier.client", "frontier.config", "frontier.core", "topics"),
     "frontier.archive": ("topics.schemas",),  # WARC files from pages (warcio)
     "workers": (),  # the package's own __init__: the map of its rooms, no imports
     "workers.api": WORKER_API,  # the worker API: no other room of workers
@@ -95,7 +89,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "workers.scrapy": ("workers.api", "workers.scrapy", "frontier.client", *WORKER_API),
     # the URLFrontier gateway: a worker of its clients' crawls on the API, asking the partitions
     # (queries on crawl.control) and waiting for the frontier to apply what it put
-    "workers.urlfrontier": ("workers.api", "workers.urlfrontier", "frontier.observability.feed", *WORKER_API),
+    "workers.urlfrontier": ("workers.api", "workers.urlfrontier", "frontier.client.feed", *WORKER_API),
     "deploy": ("deploy",),
 }
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from frontier.config import Config
 from frontier.core.kv import Cursor, CursorClosed, MemoryKV
-from frontier.intake.urls import parse_input
+from frontier.core.urls import parse_input
 from frontier.observability.loop import LoopProbe, RollingMax
 from frontier.partition import PartitionFrontier
 from frontier.partition.recorded import UNBOUNDED, Budget

@@ -3,7 +3,9 @@
 from pathlib import Path
 
 from frontier.core.causes import CAUSES, Cause
-from frontier.observability.metrics import FETCH_CLASSES, FrontierMetrics, WorkerMetrics, fetch_class
+from frontier.observability.metrics import FrontierMetrics
+from frontier.observability.process import FETCH_CLASSES, fetch_class
+from workers.api.metrics import WorkerMetrics
 
 DOC = (Path(__file__).parent.parent / "docs" / "METRICS.md").read_text()
 

@@ -25,20 +25,13 @@ from frontier.config import Config, load
 from frontier.core.causes import Cause
 from frontier.core.kv import MemoryKV
 from frontier.core.state import ScopeState
-from frontier.observability.metrics import (
-    MAX_BUDGET_SCOPES,
-    REFUSING_RUN,
-    REFUSING_STALE,
-    ROBOTS_WINDOW,
-    FrontierMetrics,
-    HostWatch,
-    WorkerMetrics,
-    memory_limit,
-)
+from frontier.observability.metrics import MAX_BUDGET_SCOPES, FrontierMetrics
+from frontier.observability.process import memory_limit
 from frontier.partition import PartitionFrontier
 from frontier.partition.keys import state_key
 from frontier.service.owned import _Owned
 from frontier.service.service import FrontierService
+from workers.api.metrics import REFUSING_RUN, REFUSING_STALE, ROBOTS_WINDOW, HostWatch, WorkerMetrics
 
 ROOT = Path(__file__).resolve().parent.parent
 MON = ROOT / "deploy" / "monitoring"

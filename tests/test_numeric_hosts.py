@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from frontier.intake.urls import parse_input
+from frontier.core.urls import parse_input
 from tests.test_worker_jobs import serving
 from workers.api.fetch import fetch
 from workers.api.safety import AddressPolicy, SafeConnector

@@ -10,7 +10,7 @@ import pytest
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import KV, MemoryKV
 from frontier.core.policy import ScopeState
-from frontier.intake.urls import parse_input
+from frontier.core.urls import parse_input
 from frontier.partition import PartitionFrontier
 from frontier.partition.keys import state_key
 from frontier.partition.records import encoder

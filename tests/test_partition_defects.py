@@ -5,11 +5,11 @@ from dataclasses import replace
 
 import pytest
 
+from frontier.client.status import render
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core import policy
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import parse_input
-from frontier.observability.status import render
+from frontier.core.urls import parse_input
 from frontier.partition import PartitionFrontier
 from frontier.partition.keys import queue_prefix, scope_queue
 from topics.schemas import Feedback, Job, Status

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from frontier.core.headers import http_date, ratelimit, retry_after
 from frontier.core.robots import RobotsRecord, Rules
-from frontier.intake.urls import Rejection, canonicalize, parse_input
+from frontier.core.urls import Rejection, canonicalize, parse_input
 from topics.schemas import (
     Feedback,
     FeedbackBatch,

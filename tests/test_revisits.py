@@ -20,7 +20,7 @@ from frontier.archive import WarcFiles
 from frontier.cli import _revisit, submission_value
 from frontier.core import revisit
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import Rejection, parse_input
+from frontier.core.urls import Rejection, parse_input
 from frontier.partition import PartitionFrontier
 from frontier.partition.revisits import learned
 from tests.test_partition import SETTINGS, THROTTLE, Log

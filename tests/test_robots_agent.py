@@ -11,7 +11,7 @@ import pytest
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import MemoryKV
 from frontier.core.robots import Rules
-from frontier.intake.urls import Rejection, parse_input, robots_agent
+from frontier.core.urls import Rejection, parse_input, robots_agent
 from frontier.partition import PartitionFrontier
 from frontier.partition.records import RobotsRecord
 from topics.schemas import Feedback, Job

@@ -11,7 +11,7 @@ import pytest
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.causes import Cause
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import parse_input
+from frontier.core.urls import parse_input
 from frontier.partition import PartitionFrontier
 from topics.schemas import Feedback, Job, UrlItem
 

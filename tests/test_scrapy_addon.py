@@ -22,7 +22,7 @@ from scrapy.settings import Settings
 from twisted.internet.error import ConnectionLost, ConnectionRefusedError, DNSLookupError, TimeoutError
 
 from frontier.client import CrawlDone
-from frontier.intake.urls import item_from_submission
+from frontier.core.urls import item_from_submission
 from topics.schemas import Job, Submission, decode, encode
 from workers.scrapy.addon import DOWNLOADER_MW, SCHEDULER, SPIDER_MW, FrontierAddon
 from workers.scrapy.closing import DoneWatch

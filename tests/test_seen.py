@@ -14,7 +14,7 @@ import pytest
 
 from frontier.cli import build_parser, submission_value
 from frontier.core.kv import KV, MemoryKV
-from frontier.intake.urls import parse_input, seen_fingerprint
+from frontier.core.urls import parse_input, seen_fingerprint
 from frontier.partition import (
     SEEN_DONE,
     SEEN_LEGACY,

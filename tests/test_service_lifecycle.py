@@ -24,10 +24,10 @@ import msgspec
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from frontier.client.status import render
 from frontier.config import Config, ConfigError, FrontierConfig
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import parse_input
-from frontier.observability.status import render
+from frontier.core.urls import parse_input
 from frontier.partition import PartitionFrontier
 from frontier.service import lifecycle as lifecycle_module
 from frontier.service.lock import lock_state_dir

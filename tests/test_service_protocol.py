@@ -22,7 +22,7 @@ import pytest
 from frontier.config import Config, FrontierConfig
 from frontier.core.causes import Cause
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import parse_input
+from frontier.core.urls import parse_input
 from frontier.partition import PartitionFrontier
 from frontier.partition import scopes as scopes_module
 from frontier.partition.keys import ACK_KEY

@@ -17,7 +17,7 @@ from frontier.cli import build_parser
 from frontier.client import submission_value
 from frontier.config import FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import parse_input
+from frontier.core.urls import parse_input
 from frontier.partition import PartitionFrontier
 from tests.test_worker_api import make_job, worker_with
 from tests.test_worker_jobs import FakeProducer, message, serving

@@ -23,7 +23,7 @@ import pytest
 
 from frontier.config import FrontierConfig, ThrottleConfig
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import parse_input, seen_fingerprint
+from frontier.core.urls import parse_input, seen_fingerprint
 from frontier.partition import SEEN_DONE, SEEN_OPEN, SEEN_REVISIT, PartitionFrontier, read_seen
 from frontier.partition.keys import LEASE, QUEUE, REVISIT, queue_prefix
 from frontier.partition.records import item_dec

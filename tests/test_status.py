@@ -5,8 +5,8 @@ import time
 
 import msgspec
 
-from frontier.observability.history import StatusHistory
-from frontier.observability.status import overview, render
+from frontier.client.history import StatusHistory
+from frontier.client.status import overview, render
 from topics.schemas import ScopeStatus, Status, encode
 
 
@@ -46,7 +46,7 @@ def test_live_page_history_rates_come_from_successive_snapshots() -> None:
 
 
 def test_reasons_read_as_sentences_with_the_wait() -> None:
-    from frontier.observability.status import sentence
+    from frontier.client.status import sentence
 
     assert sentence("delay (a.test)", 10.4, 10.0) == "delay: next send in 0.4 s (a.test)"
     assert (

@@ -13,7 +13,7 @@ import pytest
 
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import MemoryKV
-from frontier.intake.urls import Rejection, parse_input
+from frontier.core.urls import Rejection, parse_input
 from frontier.partition import PartitionFrontier
 from frontier.partition.keys import lease_key
 from frontier.partition.records import item_dec, lease_dec

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from frontier.intake.urls import (
+from frontier.core.urls import (
     MAX_SCOPE_CHARS,
     MAX_SCOPES,
     MAX_SCOPES_CHARS,
@@ -137,7 +137,7 @@ def test_the_largest_acceptable_submission_fits_every_record_that_carries_it() -
     reject a URL as "too large after parsing")."""
     import json
 
-    from frontier.intake.urls import MAX_INPUT_BYTES, MAX_URL_LENGTH
+    from frontier.core.urls import MAX_INPUT_BYTES, MAX_URL_LENGTH
     from topics.catalog import JOBS, URL_BATCH_BYTES, URLS
     from topics.schemas import Job, Submission, UrlBatch, encode
 

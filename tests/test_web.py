@@ -19,10 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client import CollectorRegistry, Counter
 
 from frontier.cli import main
-from frontier.config import Config, ConfigError, FrontierConfig
-from frontier.core.control import control_record
-from frontier.core.kv import MemoryKV
-from frontier.observability.history import (
+from frontier.client.history import (
     HISTORY_BOUND_BYTES,
     HISTORY_POINTS,
     HISTORY_SCOPES,
@@ -32,6 +29,9 @@ from frontier.observability.history import (
     OVERFLOW_TEXT,
     StatusHistory,
 )
+from frontier.config import Config, ConfigError, FrontierConfig
+from frontier.core.control import control_record
+from frontier.core.kv import MemoryKV
 from frontier.observability.watch import (
     MAX_WATCH_SENT,
     MAX_WATCHED,

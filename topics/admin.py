@@ -1,6 +1,6 @@
 """Topics on a broker: create every topic of a crawl (idempotent) and check or raise their record
 size limits (``max.message.bytes``). The specs themselves are ``topics.catalog``. Its admin
-clients come from ``frontier.kafka`` like every other client (the one module of ``topics`` that may
+clients come from ``topics.kafka`` like every other client (the one module of ``topics`` that may
 import it)."""
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]  # public, not
 )
 from confluent_kafka.cimpl import NewTopic
 
-from frontier.kafka import Connection, Kafka
 from topics.catalog import ALL, COPARTITIONED, JOBS, Topics, TopicSpec, needed_bytes
+from topics.kafka import Connection, Kafka
 
 
 def create_all(kafka: Connection, topics: Topics, timeout: float = 30.0) -> list[str]:

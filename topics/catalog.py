@@ -8,12 +8,12 @@ topics accept the largest records the crawl produces on them (``max.message.byte
 start-up.
 
 Record sizes. Every producer allows records of up to :data:`PRODUCER_MAX_BYTES`
-(``message.max.bytes`` in ``frontier.kafka.producer_conf``); a broker refuses a record over
+(``message.max.bytes`` in ``topics.kafka.producer_conf``); a broker refuses a record over
 its topic's ``max.message.bytes`` (1 MiB by default). Each topic is created with an explicit
 limit, and each knows the largest record our code puts on it (``produced_bytes``):
 
 - records that carry one URL (a submission, a job, a follow-up) are small: a submission is at
-  most 64 KiB (``frontier.intake.urls.MAX_INPUT_BYTES``);
+  most 64 KiB (``frontier.core.urls.MAX_INPUT_BYTES``);
 - the router cuts ``UrlBatch`` records at :data:`URL_BATCH_BYTES`;
 - ``Rejected`` keeps a 4 KiB prefix of the original (``topics.schemas.REJECTED_ORIGINAL_BYTES``);
 - pages carry a body of up to ``worker.max_body_bytes`` (base64 in JSON), which the
@@ -48,12 +48,12 @@ def crawl_token(crawl: str) -> str:
 KiB = 1024
 MiB = 1024 * KiB
 
-# The producers' message.max.bytes (frontier.kafka.producer_conf; a test checks they agree):
+# The producers' message.max.bytes (topics.kafka.producer_conf; a test checks they agree):
 # no topic needs a larger limit, since no record larger than this is ever sent.
 PRODUCER_MAX_BYTES = 16 * MiB
 # Kafka's framing around one record (batch header, record header) and its key (at most a URL).
 RECORD_OVERHEAD = 4 * KiB
-# A record that carries one URL: a submission (at most 64 KiB, frontier.intake.urls.MAX_INPUT_BYTES),
+# A record that carries one URL: a submission (at most 64 KiB, frontier.core.urls.MAX_INPUT_BYTES),
 # a follow-up, a Job (one UrlItem: the submission's meta plus the URL in two forms).
 ONE_URL_BYTES = 2 * 64 * KiB + RECORD_OVERHEAD
 # The router keeps every UrlBatch record under this many encoded bytes (frontier/intake/router.py), a

@@ -5,7 +5,7 @@ Every record on a crawl topic is a msgspec ``Struct`` encoded as JSON. Each stru
 than guessing. Bytes fields (page bodies, rejected originals) are base64 in JSON.
 
 Topic → message type:
-- ``crawl.urls``           user input: a bare URL string or :class:`Submission` JSON (see ``frontier.intake.urls``)
+- ``crawl.urls``           user input: a bare URL string or :class:`Submission` JSON (see ``frontier.core.urls``)
 - ``crawl.urls.bydomain``  :class:`UrlBatch`   (router → frontier, one partition's URLs per record)
 - ``crawl.jobs``           :class:`Job`        (frontier → workers, keyed by host)
 - ``crawl.feedback``       :class:`FeedbackBatch` (workers → frontier, keyed by registrable domain)
@@ -102,7 +102,7 @@ class UrlItem(msgspec.Struct, kw_only=True, omit_defaults=True):
     ``url`` is what gets fetched and checked against robots.txt: the URL as given (fragment
     removed, unsafe characters percent-encoded, host in IDNA), never re-ordered or rewritten.
     ``canonical`` is its canonical form, used only to recognise duplicates; empty when it is
-    the same as ``url`` (see :func:`frontier.intake.urls.seen_fingerprint`).
+    the same as ``url`` (see :func:`frontier.core.urls.seen_fingerprint`).
     """
 
     url: str
@@ -322,7 +322,7 @@ MAX_STATUS_CRAWLS = 1000  # crawl rows in one Status at most (the busiest): it m
 
 class CrawlStatus(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One crawl as one frontier instance sees it (its partitions' part): readers add the
-    instances' rows up (``frontier.observability.crawls.crawl_rows``). Fields at their default
+    instances' rows up (``frontier.client.crawls.crawl_rows``). Fields at their default
     are left out, so an instance's snapshot stays small with many crawls."""
 
     crawl: str

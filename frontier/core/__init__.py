@@ -6,7 +6,7 @@ RateLimit), the typed causes of delay changes (``causes``), robots.txt rules (``
 due-time schedule of queues (``scheduler``), operators' overrides and command routing
 (``control``) and the key-value contract a partition is written against (``kv``).
 
-May import: ``frontier.core``, ``frontier.config``, ``frontier.intake.urls`` and the pure parts of
+May import: ``frontier.core``, ``frontier.config``, ``frontier.core.urls`` and the pure parts of
 ``topics`` (``schemas``, ``catalog``, ``partitioning``). Never Kafka, RocksDB, aiohttp or the
 clock: time is always passed in (``tests/test_layout.py`` checks it).
 """

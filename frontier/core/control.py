@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import msgspec
 
-from frontier.intake.urls import normal_host, registrable_domain
+from frontier.core.urls import normal_host, registrable_domain
 from topics.partitioning import partition_for
 from topics.schemas import CRAWLS_VERSION, ControlCommand, encode
 

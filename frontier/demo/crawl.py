@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 
 from deploy.kafka import LocalKafka, free_port
 from frontier.client import FrontierClient
+from frontier.client.feed import read_status
+from frontier.client.status import render
 from frontier.demo.sites import SiteFleet
 from frontier.demo.stack import Stack, TopicReader, read_pages, read_rejected
-from frontier.observability.feed import read_status
-from frontier.observability.status import render
 from topics.schemas import Page, Rejected
 
 DEFAULT_DELAY, DEFAULT_CONCURRENCY = 0.5, 1

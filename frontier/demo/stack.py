@@ -17,9 +17,9 @@ from typing import Any
 
 from confluent_kafka import Consumer
 
-from frontier.kafka import Connection, Kafka
 from topics.admin import create_all
 from topics.catalog import Topics
+from topics.kafka import Connection, Kafka
 from topics.schemas import Page, Rejected, decode
 
 # glibc keeps per-thread malloc arenas; with Python, RocksDB and librdkafka threads in one process

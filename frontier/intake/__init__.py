@@ -4,5 +4,5 @@ Owns: URL parsing and canonical forms (``urls``, pure), address resolution for t
 per-IP scope (``addresses``, pure apart from the resolver it is given) and the router
 (``router``: ``crawl.urls`` → ``crawl.urls.bydomain``, rejections to ``crawl.rejected``).
 
-May import: ``frontier.core``, ``frontier.config``, ``frontier.kafka``, ``topics``.
+May import: ``frontier.core``, ``frontier.config``, ``topics.kafka``, ``topics``.
 """

@@ -44,10 +44,10 @@ from typing import NamedTuple, TypeVar
 
 from confluent_kafka import KafkaError, KafkaException, Message, TopicPartition
 
+from frontier.core.urls import Rejection, parse_input
 from frontier.intake.addresses import Resolver
-from frontier.intake.urls import Rejection, parse_input
-from frontier.kafka import Connection, Kafka, coordinates, produce
 from topics.catalog import URL_BATCH_BYTES, Topics
+from topics.kafka import Connection, Kafka, coordinates, produce
 from topics.partitioning import partition_of
 from topics.schemas import CRAWLS_VERSION, Rejected, UrlBatch, UrlItem, encode
 

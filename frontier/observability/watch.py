@@ -8,7 +8,7 @@ from __future__ import annotations
 import ipaddress
 import re
 
-from frontier.intake.urls import MAX_SCOPE_CHARS, normal_host, registrable_domain
+from frontier.core.urls import MAX_SCOPE_CHARS, normal_host, registrable_domain
 
 WATCH_SECONDS = 120.0  # a charted scope stays in the snapshots this long after the page last asked
 WATCH_RESEND = WATCH_SECONDS / 4  # one watch command per scope per this many seconds, however many pages ask

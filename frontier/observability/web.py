@@ -24,8 +24,8 @@ the scopes a live page charts: the page POSTs ``/api/watch``, which sends a ``wa
 on ``crawl.control`` to whichever instance owns the scope (at most one per scope per
 ``WATCH_RESEND``), and that instance reports it for ``WATCH_SECONDS``.
 
-The history it charts is :mod:`frontier.observability.history` (pure, bounded); the status
-topic is tailed by :class:`~frontier.observability.feed.StatusFeed`.
+The history it charts is :mod:`frontier.client.history` (pure, bounded); the status
+topic is tailed by :class:`~frontier.client.feed.StatusFeed`.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from urllib.parse import urlsplit
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from frontier.client.history import StatusHistory
 from frontier.config import ConfigError, FrontierConfig
 from frontier.config.exposure import MIN_TOKEN_CHARS, is_loopback
-from frontier.observability.history import StatusHistory
 from frontier.observability.watch import WATCH_SECONDS, WatchBusy, watch_scope
 
 log = logging.getLogger(__name__)

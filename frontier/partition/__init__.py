@@ -5,7 +5,7 @@ Everything lives in a :class:`~frontier.core.kv.KV` (RocksDB in production); eve
 handed to ``changelog(key, value_or_None)`` so that another instance can rebuild the partition.
 Time is always passed in; nothing here reads the clock or talks to Kafka.
 
-May import: ``frontier.core``, ``frontier.config``, ``frontier.intake.urls``, ``topics.schemas``
+May import: ``frontier.core``, ``frontier.config``, ``frontier.core.urls``, ``topics.schemas``
 (checked by ``tests/test_layout.py``). Its modules, each a mixin over the fields of ``base.py``:
 
 - ``keys.py``        the key layout (every prefix, the META markers), key builders and parsers,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import struct
 
-from frontier.intake.urls import seen_fingerprint
+from frontier.core.urls import seen_fingerprint
 from frontier.partition.base import PartitionBase
 from frontier.partition.keys import SWEEP_SLICES, seen_key, seen_slice
 from frontier.partition.records import Sweep

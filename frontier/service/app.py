@@ -20,15 +20,15 @@ from typing import Any, cast
 import faust
 from aiohttp import web
 
+from frontier.client.feed import LagProbe, StatusFeed
 from frontier.config import Config
 from frontier.intake.router import Router
-from frontier.kafka import Kafka
-from frontier.observability.feed import LagProbe, StatusFeed
 from frontier.observability.web import build_web, check_exposure
 from frontier.service.crawls import CrawlDirectory
 from frontier.service.lifecycle import GROUP_HEARTBEAT, GROUP_SESSION
 from frontier.service.lock import lock_state_dir
 from frontier.service.service import FrontierService
+from topics.kafka import Kafka
 from topics.schemas import ControlCommand, EncodedUrlBatch, FeedbackBatch, SchemaError, decode
 
 log = logging.getLogger("frontier")

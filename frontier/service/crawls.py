@@ -20,9 +20,9 @@ import time
 
 from confluent_kafka.admin import AdminClient
 
-from frontier.kafka import Connection, Kafka
 from topics.admin import create_crawl_jobs, group_members
 from topics.catalog import Topics, workers_group
+from topics.kafka import Connection, Kafka
 from topics.schemas import DEFAULT_CRAWL
 
 log = logging.getLogger("frontier")

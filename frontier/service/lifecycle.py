@@ -16,7 +16,6 @@ from collections.abc import Callable
 
 from frontier.config import Config
 from frontier.core.causes import Cause
-from frontier.kafka import Kafka
 from frontier.partition import PartitionFrontier
 from frontier.service.crawls import CrawlDirectory
 from frontier.service.owned import _Owned
@@ -24,6 +23,7 @@ from frontier.service.restore import close_partition, db_path, feedback_backlog_
 from frontier.service.standby import Standby
 from frontier.service.writer import PartitionWriter, WriteFailed
 from topics.catalog import Topics
+from topics.kafka import Kafka
 
 log = logging.getLogger("frontier")
 

@@ -14,13 +14,12 @@ from typing import Any
 
 import msgspec
 
+from frontier.client.crawls import crawl_rows
 from frontier.config import Config
 from frontier.core import budget
 from frontier.core.causes import Cause
 from frontier.core.control import control_record, scope_key
 from frontier.intake.router import Router
-from frontier.kafka import AsyncProducer
-from frontier.observability.crawls import crawl_rows
 from frontier.observability.metrics import FrontierMetrics
 from frontier.observability.watch import (
     MAX_WATCH_SENT,
@@ -35,6 +34,7 @@ from frontier.partition.records import state_dec
 from frontier.service.crawls import CrawlDirectory
 from frontier.service.owned import _Owned
 from topics.catalog import Topics
+from topics.kafka import AsyncProducer
 from topics.partitioning import partition_for
 from topics.schemas import MAX_STATUS_CRAWLS, ControlCommand, CrawlStatus, Status, encode
 

@@ -28,9 +28,9 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartitio
 from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
 from frontier.core.kv import KV
-from frontier.kafka import Connection, Kafka, watermarks
 from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, MARKER_KEYS, STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.rocks import RocksKV
+from topics.kafka import Connection, Kafka, watermarks
 
 log = logging.getLogger(__name__)
 

@@ -35,9 +35,9 @@ from dataclasses import dataclass
 from frontier.config import Config
 from frontier.core.kv import CursorClosed
 from frontier.intake.router import Router
-from frontier.kafka import AsyncProducer, Kafka
 from frontier.observability.loop import LoopProbe
-from frontier.observability.metrics import FrontierMetrics, fetch_class
+from frontier.observability.metrics import FrontierMetrics
+from frontier.observability.process import fetch_class
 from frontier.observability.watch import (
     watch_scope,
 )
@@ -48,6 +48,7 @@ from frontier.service.lifecycle import Lifecycle
 from frontier.service.owned import Ackable, _ack_all, _Owned
 from frontier.service.reporting import Reporting
 from frontier.service.standby import Standby
+from topics.kafka import AsyncProducer, Kafka
 from topics.partitioning import partition_for
 from topics.schemas import (
     CHANGING_KINDS,

@@ -29,7 +29,6 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
-from frontier.kafka import Connection, Kafka, watermarks
 from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.restore import (
     Plan,
@@ -40,6 +39,7 @@ from frontier.service.restore import (
     restore_plan,
 )
 from frontier.service.rocks import RocksKV
+from topics.kafka import Connection, Kafka, watermarks
 
 log = logging.getLogger(__name__)
 

@@ -27,8 +27,8 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from frontier.kafka import produce
 from frontier.partition.keys import ACK_KEY
+from topics.kafka import produce
 
 log = logging.getLogger("frontier")
 

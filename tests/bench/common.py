@@ -77,8 +77,8 @@ def frontier_totals(bootstrap: str, status_topic: str) -> dict[str, int]:
 
 def snapshot(bootstrap: str, status_topic: str) -> tuple[float, dict[str, int]]:
     """(time of the newest instance snapshot, totals summed over the live instances)."""
-    from frontier.observability.feed import read_status
-    from frontier.observability.status import overview
+    from frontier.client.feed import read_status
+    from frontier.client.status import overview
 
     ov = overview(read_status({"bootstrap.servers": bootstrap, "log_level": "3"}, status_topic, max_age=10))
     return ov.at, ov.totals

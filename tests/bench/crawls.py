@@ -28,15 +28,15 @@ from pathlib import Path
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.cimpl import NewTopic
 
+from frontier.client.feed import read_status
+from frontier.client.status import overview
 from frontier.demo.stack import Stack
-from frontier.kafka import Kafka
-from frontier.observability.feed import read_status
-from frontier.observability.status import overview
 from tests.bench.common import broker, measure_rate, parser, report, size, snapshot, wait_total
 from tests.bench.dispatch import answer, jobs_consumer
 from tests.bench.kafka_ceiling import echo_loop
 from topics.admin import create_crawl_jobs
 from topics.catalog import JOBS
+from topics.kafka import Kafka
 from topics.schemas import Feedback, FeedbackBatch, Job, Submission, decode, encode
 
 FRONTIER = {"robots_obey": False, "status_interval": 0.2, "dispatch_lead": 0.0}

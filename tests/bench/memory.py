@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from frontier.client.feed import read_status
 from frontier.demo.stack import Stack
-from frontier.observability.feed import read_status
 from tests.bench.common import broker, parser, produce_urls, report, wait_total
 
 FRONTIER = {"status_interval": 2.0, "max_inflight": 1}

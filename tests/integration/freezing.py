@@ -26,9 +26,9 @@ from urllib.parse import urlsplit
 
 from confluent_kafka import OFFSET_BEGINNING
 
+from frontier.client.feed import read_status
 from frontier.demo.sites import Hit, SiteFleet
 from frontier.demo.stack import Stack, read_pages, wait_until
-from frontier.observability.feed import read_status
 from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, MARKER_KEYS
 from frontier.service.restore import db_path, replay
 from frontier.service.rocks import RocksKV

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from frontier.client.feed import read_status
 from frontier.demo.sites import Hit, SiteFleet
 from frontier.demo.stack import Stack, wait_until
-from frontier.observability.feed import read_status
 from tests.cluster import soak
 from tests.cluster.harness import Cluster
 from tests.integration.freezing import (

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
+from frontier.client.feed import read_status
 from frontier.demo.sites import SiteFleet
 from frontier.demo.stack import Stack, wait_until
-from frontier.kafka import watermarks
-from frontier.observability.feed import read_status
 from tests.integration.helpers import Pages, crawling, longest_silence_after, politeness_failures, submit
+from topics.kafka import watermarks
 from topics.partitioning import partition_for
 
 DELAY = 0.3

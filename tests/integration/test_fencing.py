@@ -10,12 +10,12 @@ import uuid
 
 from confluent_kafka import TopicPartition
 
-from frontier.kafka import Kafka
 from frontier.service.restore import replay
 from frontier.service.rocks import RocksKV
 from frontier.service.writer import PartitionWriter, WriteFailed
 from topics.admin import create_all
 from topics.catalog import Topics
+from topics.kafka import Kafka
 
 
 async def committed(writer: PartitionWriter) -> None:

@@ -19,8 +19,8 @@ reports what came of them in the protocol's order (docs/WORKERS.md, docs/PROTOCO
   the API fetches the kinds user code does not take with it (robots.txt), the project's worker
   every job
 
-May import: ``workers.api``, ``frontier.core``, ``frontier.config``, ``frontier.kafka``,
-``frontier.intake.urls``, ``frontier.observability.metrics`` and ``topics``; never another room of
+May import: ``workers.api``, ``frontier.core``, ``frontier.config``, ``topics.kafka``,
+``frontier.core.urls``, ``frontier.observability.process`` and ``topics``; never another room of
 ``workers``, the partition or the service (a worker knows the frontier only through its topics).
 Its modules import one another, never this package (whose names are for the API's users).
 """

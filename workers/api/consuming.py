@@ -16,10 +16,10 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
-from frontier.kafka import coordinates
-from frontier.observability.metrics import WorkerMetrics, lag
+from topics.kafka import coordinates
 from workers.api.leased import LeasedJob
 from workers.api.membership import Membership
+from workers.api.metrics import WorkerMetrics, lag
 from workers.api.offsets import OffsetTracker
 
 log = logging.getLogger("worker")

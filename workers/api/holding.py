@@ -21,10 +21,10 @@ from typing import Protocol
 from frontier.config import ThrottleConfig
 from frontier.core.headers import gate_seconds
 from frontier.core.policy import with_margin
-from frontier.observability.metrics import WorkerMetrics
 from topics.schemas import NETWORK_ERRORS, Job
 from workers.api.gates import _HostGate
 from workers.api.leased import LeasedJob
+from workers.api.metrics import WorkerMetrics
 from workers.api.outcome import BackoffCodes, FetchResult
 
 log = logging.getLogger("worker")

@@ -38,10 +38,9 @@ from prometheus_client import start_http_server
 
 from frontier.config import Config
 from frontier.core.robots import MAX_ROBOTS_BYTES, agent_token
-from frontier.kafka import Kafka, coordinates
-from frontier.observability.metrics import WorkerMetrics
 from topics.admin import create_crawl_jobs
 from topics.catalog import workers_group
+from topics.kafka import Kafka, coordinates
 from topics.schemas import DEFAULT_CRAWL, Job, SchemaError, decode, valid_crawl
 from workers.api.addresses import AddressCheck, say_blocked
 from workers.api.builtin import AiohttpFetcher
@@ -50,6 +49,7 @@ from workers.api.gates import _HostGate
 from workers.api.holding import Held, Holder
 from workers.api.leased import AlreadyReported, LeasedJob, Outcome
 from workers.api.membership import Membership
+from workers.api.metrics import WorkerMetrics
 from workers.api.offsets import OffsetTracker
 from workers.api.outcome import BackoffCodes, FetchResult, lower_headers
 from workers.api.publishing import Publisher

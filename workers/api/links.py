@@ -11,7 +11,7 @@ import re
 from html.parser import HTMLParser
 from urllib.parse import urljoin, urlsplit
 
-from frontier.intake.urls import registrable_domain
+from frontier.core.urls import registrable_domain
 
 MAX_LINKS = 500
 _TOKENS = re.compile(r"[\s,]+")

@@ -18,8 +18,8 @@ from collections.abc import Iterator
 import msgspec
 from confluent_kafka import KafkaError, KafkaException, Message
 
-from frontier.kafka import AsyncProducer
 from topics.catalog import Topics
+from topics.kafka import AsyncProducer
 from topics.partitioning import partition_of
 from topics.schemas import Feedback, FeedbackBatch, Rejected, encode
 

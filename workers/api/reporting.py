@@ -19,12 +19,12 @@ from collections.abc import Callable
 
 from confluent_kafka import Message
 
-from frontier.kafka import coordinates
-from frontier.observability.metrics import WorkerMetrics
 from topics.catalog import Topics
+from topics.kafka import coordinates
 from topics.schemas import SKIPPED_VERSION, Feedback, Job, Page, Rejected, SchemaError
 from workers.api.followups import follow_ups, page_headers
 from workers.api.leased import LeasedJob, Outcome
+from workers.api.metrics import WorkerMetrics
 from workers.api.outcome import BackoffCodes, is_retryable, throttle_headers
 from workers.api.publishing import Publisher
 from workers.api.revisits import judge

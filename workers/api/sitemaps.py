@@ -9,7 +9,7 @@ job of its host, throttled like any page, and its body read here:
   ``changefreq`` period (``hourly`` an hour, ``daily`` a day, ...), within the bounds;
 - a ``<sitemapindex>`` gives its ``<loc>`` sitemaps as sitemap submissions, one level deeper;
 - a robots.txt (a sitemap URL whose path is ``/robots.txt``) gives its ``Sitemap:`` lines; a site's
-  root URL given as a sitemap is taken for its robots.txt (``frontier.intake.urls``);
+  root URL given as a sitemap is taken for its robots.txt (``frontier.core.urls``);
 - a plain-text sitemap gives one URL per line.
 
 Bounds: 50,000 URLs and 50 MB uncompressed per sitemap (the protocol's limits: past them the
@@ -34,7 +34,7 @@ from lxml import etree
 from protego import Protego
 
 from frontier.core import revisit
-from frontier.intake.urls import registrable_domain
+from frontier.core.urls import registrable_domain
 from topics.schemas import Submission, UrlItem
 from workers.api.followups import absolute_location
 

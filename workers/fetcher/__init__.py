@@ -6,6 +6,6 @@ package.module:factory`` (``worker.fetcher`` in the configuration).
   and the ``--fetcher`` loading (:func:`~workers.fetcher.worker.load_fetcher`)
 
 May import: ``workers.fetcher``, ``workers.api`` (the API and its built-in fetcher),
-``frontier.core``, ``frontier.config``, ``frontier.kafka``, ``frontier.intake.urls``,
-``frontier.observability.metrics`` and ``topics``.
+``frontier.core``, ``frontier.config``, ``topics.kafka``, ``frontier.core.urls``,
+``frontier.observability.process`` and ``topics``.
 """

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from frontier.config import Config, ConfigError
-from frontier.kafka import Kafka
+from topics.kafka import Kafka
 from topics.schemas import DEFAULT_CRAWL
 from workers.api import BlockingJob, Jobs, LeasedJob, Outcome
 from workers.api.builtin import AiohttpFetcher

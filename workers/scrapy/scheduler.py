@@ -38,7 +38,7 @@ from scrapy.utils.defer import deferred_from_coro, maybe_deferred_to_future
 from frontier.client import FrontierClient
 from frontier.config import Config, load
 from frontier.core.revisit import spec_of
-from frontier.kafka import KafkaUnreachable
+from topics.kafka import KafkaUnreachable
 from topics.schemas import Submission
 from workers.api import Jobs, LeasedJob, Outcome
 from workers.api.safety import AddressPolicy

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from frontier.config import Config
-from frontier.kafka import Kafka
+from topics.kafka import Kafka
 from topics.schemas import DEFAULT_CRAWL
 from workers.api import Jobs, LeasedJob, Outcome
 from workers.urlfrontier.mapping import Signal, default_key

@@ -23,7 +23,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from frontier.config import Config
 from frontier.core.control import control_records
-from frontier.kafka import AsyncProducer, Kafka
+from topics.kafka import AsyncProducer, Kafka
 from topics.partitioning import partition_for
 from topics.schemas import CRAWLS_VERSION, ControlCommand, Query, Reply, SchemaError, decode, encode
 

@@ -15,7 +15,7 @@ import signal
 import grpc
 
 from frontier.config import Config
-from frontier.kafka import Kafka
+from topics.kafka import Kafka
 from workers.urlfrontier.pool import Pools
 from workers.urlfrontier.proto import urlfrontier_pb2_grpc as pbg
 from workers.urlfrontier.queries import Asker

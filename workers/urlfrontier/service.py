@@ -21,10 +21,10 @@ from typing import Any, TypeVar
 
 import grpc
 
+from frontier.client.feed import caught_up
 from frontier.config import Config
-from frontier.intake.urls import Rejection, item_from_submission
-from frontier.kafka import AsyncProducer
-from frontier.observability.feed import caught_up
+from frontier.core.urls import Rejection, item_from_submission
+from topics.kafka import AsyncProducer
 from topics.partitioning import partition_of
 from topics.schemas import (
     DEFAULT_CRAWL,

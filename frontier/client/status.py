@@ -9,7 +9,7 @@ from typing import Any
 
 import msgspec
 
-from frontier.observability.crawls import crawl_rows, shown, state
+from frontier.client.crawls import crawl_rows, shown, state
 from topics.schemas import CrawlStatus, ScopeStatus, Status
 
 LIVE_SECONDS = 10.0  # no snapshot for this long (5 intervals): the instance has gone away

@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from confluent_kafka.admin import AdminClient
 
 log = logging.getLogger(__name__)
-LIBRDKAFKA_LOG = logging.getLogger("frontier.kafka.librdkafka")  # every client's own log lines
+LIBRDKAFKA_LOG = logging.getLogger("topics.kafka.librdkafka")  # every client's own log lines
 # shown where logging is configured (the services: WARNING and up), silent where it is not (the CLI,
 # a script using FrontierClient) instead of Python's last-resort handler printing them to stderr
 LIBRDKAFKA_LOG.addHandler(logging.NullHandler())

@@ -1,4 +1,4 @@
-"""Tailing the compacted status topic into a :class:`~frontier.observability.history.StatusHistory`
+"""Tailing the compacted status topic into a :class:`~frontier.client.history.StatusHistory`
 (:class:`StatusFeed`), reading it once (:func:`read_status`: the CLI, the client), and this
 instance's consumer lag (:class:`LagProbe`)."""
 
@@ -11,9 +11,9 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from frontier.kafka import Connection, Kafka, watermarks
-from frontier.observability.history import StatusHistory
-from frontier.observability.status import LIVE_SECONDS
+from frontier.client.history import StatusHistory
+from frontier.client.status import LIVE_SECONDS
+from topics.kafka import Connection, Kafka, watermarks
 from topics.schemas import SchemaError, Status, decode
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """What the live page charts: the latest snapshot per frontier instance and a bounded,
 age-limited history per scope, fed with the status topic's records. Pure: no Kafka (see
-:mod:`frontier.observability.feed`), time injected.
+:mod:`frontier.client.feed`), time injected.
 
 Memory (:class:`StatusHistory`, the pure part; time is injected):
 
@@ -30,7 +30,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from frontier.observability.status import LIVE_SECONDS, overview
+from frontier.client.status import LIVE_SECONDS, overview
 from topics.schemas import SchemaError, ScopeStatus, Status, decode
 
 HISTORY_SECONDS = 1800.0  # a scope's points are kept this long (30 min)

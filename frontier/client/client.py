@@ -26,12 +26,12 @@ from typing import IO, Any
 import msgspec
 from confluent_kafka import KafkaException, Producer
 
+from frontier.client.crawls import busy, crawl_rows
+from frontier.client.feed import caught_up, read_status
+from frontier.client.status import LIVE_SECONDS, Overview, overview
 from frontier.config import Config, load
 from frontier.core.control import control_records
-from frontier.kafka import Kafka, KafkaUnreachable
-from frontier.observability.crawls import busy, crawl_rows
-from frontier.observability.feed import caught_up, read_status
-from frontier.observability.status import LIVE_SECONDS, Overview, overview
+from topics.kafka import Kafka, KafkaUnreachable
 from topics.schemas import (
     DEFAULT_CRAWL,
     ControlCommand,
