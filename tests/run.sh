@@ -21,6 +21,7 @@ bash deploy/monitoring/install-prometheus.sh >/dev/null
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+.venv/bin/lint-imports --no-cache >/dev/null || .venv/bin/lint-imports --no-cache  # the layering: quiet when kept
 if [ "$#" -gt 0 ]; then  # a selection: one pytest run
   exec .venv/bin/python -m pytest -q --durations=30 "$@"
 fi

@@ -1,5 +1,6 @@
-"""The layout holds: each package imports only what its docstring allows, and the pure core
-loads no Kafka client, no RocksDB and no HTTP library (docs/ARCHITECTURE.md, "Map")."""
+"""The layout holds: the import contracts of pyproject.toml (``lint-imports``), the pure core
+loads no Kafka client, no RocksDB and no HTTP library, every import resolves, and the workers'
+modules import one another without cycles (docs/ARCHITECTURE.md, "Map")."""
 
 from __future__ import annotations
 
@@ -36,105 +37,6 @@ PURE = (
     "topics.partitioning",
 )
 
-# what the worker API may import (a worker knows the frontier only through its topics)
-WORKER_API = (
-    "workers.api",
-    "frontier.core",
-    "frontier.config",
-    "frontier.observability.process",
-    "topics",
-)
-
-# package (longest prefix wins) -> the packages and modules of ours it may import
-ALLOWED: dict[str, tuple[str, ...]] = {
-    "frontier": (),  # the package's own __init__: the map, no imports
-    "topics": ("topics",),
-    "frontier.config": ("topics.catalog",),
-    "frontier.core": (
-        "frontier.core",
-        "frontier.config",
-        "topics.schemas",
-        "topics.catalog",
-        "topics.partitioning",
-    ),
-    "frontier.partition": ("frontier.core", "frontier.config", "topics.schemas"),
-    "frontier.intake": ("frontier.intake", "frontier.core", "frontier.config", "topics"),
-    "frontier.observability": (
-        "frontier.observability",
-        "frontier.core",
-        "frontier.config",
-        "frontier.client",
-        "topics",
-    ),
-    "frontier.service": (
-        "frontier.service",
-        "frontier.core",
-        "frontier.config",
-        "frontier.partition",
-        "frontier.intake",
-        "frontier.client",
-        "frontier.observability",
-        "topics",
-    ),
-    "frontier.sim": ("frontier.sim", "frontier.core", "frontier.config", "topics.schemas"),
-    "frontier.demo": OURS,
-    "frontier.cli": OURS,
-    "frontier.client": ("frontier.client", "frontier.config", "frontier.core", "topics"),
-    "frontier.archive": ("topics.schemas",),  # WARC files from pages (warcio)
-    "workers": (),  # the package's own __init__: the map of its rooms, no imports
-    "workers.api": WORKER_API,  # the worker API: no other room of workers
-    "workers.fetcher": ("workers.api", *WORKER_API),  # the project's worker, on the API
-    "workers.examples": ("workers.api", "frontier.config"),  # workers by other code, on the API
-    # the Scrapy add-on: a worker on the API, which also asks the frontier when its crawl is done
-    "workers.scrapy": ("workers.api", "workers.scrapy", "frontier.client", *WORKER_API),
-    # the URLFrontier gateway: a worker of its clients' crawls on the API, asking the partitions
-    # (queries on crawl.control) and waiting for the frontier to apply what it put
-    "workers.urlfrontier": ("workers.api", "workers.urlfrontier", "frontier.client.feed", *WORKER_API),
-    "deploy": ("deploy",),
-}
-
-
-def module_name(path: Path) -> str:
-    parts = path.relative_to(ROOT).with_suffix("").parts
-    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-
-
-def imports_of(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            if node.module in OURS:  # from frontier import policy
-                found.update(f"{node.module}.{alias.name}" for alias in node.names)
-            else:
-                found.add(node.module)
-        elif isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-    return {name for name in found if name.split(".")[0] in OURS}
-
-
-def rule_for(module: str) -> tuple[str, tuple[str, ...]]:
-    owners = [p for p in ALLOWED if module == p or module.startswith(p + ".")]
-    assert owners, f"{module} belongs to no package of the layout: add it to ALLOWED and the map"
-    owner = max(owners, key=len)
-    return owner, ALLOWED[owner]
-
-
-def covered(name: str, allowed: tuple[str, ...]) -> bool:
-    return any(name == a or name.startswith(a + ".") for a in allowed)
-
-
-def test_every_package_imports_only_what_it_may() -> None:
-    wrong = []
-    sources = [p for top in OURS for p in (ROOT / top).rglob("*.py")]
-    assert len(sources) > 40
-    for path in sources:
-        module = module_name(path)
-        owner, allowed = rule_for(module)
-        for name in sorted(imports_of(path)):
-            if not covered(name, allowed) and not covered(name, (owner,)):
-                wrong.append(f"{module} imports {name} (allowed for {owner}: {', '.join(allowed)})")
-    assert not wrong, "\n".join(wrong)
-
 
 def test_the_pure_core_loads_no_io_library() -> None:
     code = (
@@ -146,15 +48,37 @@ def test_the_pure_core_loads_no_io_library() -> None:
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+def test_the_import_contracts_hold() -> None:
+    """The layering of pyproject.toml's ``[tool.importlinter]`` contracts (the service over the
+    partition over the pure core, the wire as the floor, workers only on the frontier's floor,
+    the workers' rooms on the API): ``lint-imports`` keeps them all."""
+    lint = Path(sys.executable).parent / "lint-imports"
+    out = subprocess.run([str(lint), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout and "kept" in out.stdout
+
+
 def test_a_breach_would_be_caught(tmp_path: Path) -> None:
-    """The checks above can fail: a core module importing the partition or the RocksDB store."""
-    bad = tmp_path / "bad.py"
-    bad.write_text("from frontier.service.rocks import RocksKV\nfrom frontier import partition\n")
-    _, allowed = rule_for("frontier.core.policy")
-    assert [n for n in sorted(imports_of(bad)) if not covered(n, allowed)] == [
-        "frontier.partition",
-        "frontier.service.rocks",
-    ]
+    """The contracts can fail: a copy of the tree where the core imports the service, a worker
+    the partition, and the wire the frontier breaks three of them."""
+    import shutil
+
+    for top in (*OURS, "pyproject.toml"):
+        source = ROOT / top
+        if source.is_dir():
+            shutil.copytree(source, tmp_path / top, ignore=shutil.ignore_patterns("__pycache__", "static", "proto"))
+        else:
+            shutil.copy(source, tmp_path / top)
+    (tmp_path / "frontier" / "core" / "breach.py").write_text("from frontier.service import service\n")
+    (tmp_path / "workers" / "api" / "breach.py").write_text("from frontier.partition import frontier\n")
+    (tmp_path / "topics" / "breach.py").write_text("import frontier.client\n")
+    lint = Path(sys.executable).parent / "lint-imports"
+    out = subprocess.run([str(lint), "--no-cache"], cwd=tmp_path, capture_output=True, text=True,
+                         env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert out.returncode != 0
+    for breach in ("frontier.core.breach -> frontier.service", "workers.api.breach -> frontier.partition",
+                   "topics.breach -> frontier.client"):  # fmt: skip
+        assert breach in out.stdout, out.stdout[-4000:]
 
 
 def test_every_import_of_ours_resolves() -> None:
@@ -181,14 +105,33 @@ def test_every_import_of_ours_resolves() -> None:
 
 
 def test_every_module_of_workers_is_in_a_room_with_its_rule() -> None:
-    """workers/ holds rooms only (the API, the project's worker, examples, ...), each with a rule
-    above: a module outside them, or a room without one, would import under the map's own rule."""
+    """workers/ holds rooms only (the API, the project's worker, examples, ...), each named in the
+    rooms' contract: a module outside them, or a room the contract does not name, would escape it."""
+    import tomllib
+
     workers = ROOT / "workers"
     loose = sorted(p.name for p in workers.glob("*.py") if p.name != "__init__.py")
     assert not loose, f"modules of workers outside its rooms: {loose}"
-    rooms = {f"workers.{p.parent.name}" for p in workers.glob("*/__init__.py")}
-    assert rooms >= {"workers.api", "workers.fetcher", "workers.examples"}
-    assert not rooms - ALLOWED.keys(), f"rooms of workers without a rule in ALLOWED: {sorted(rooms - ALLOWED.keys())}"
+    rooms = {p.parent.name for p in workers.glob("*/__init__.py")}
+    assert rooms >= {"api", "fetcher", "examples"}
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layered,) = [c for c in contracts if c.get("containers") == ["workers"]]
+    named = {room.strip() for layer in layered["layers"] for room in layer.split("|")}
+    assert not rooms - named, f"rooms of workers the contract does not name: {sorted(rooms - named)}"
+
+
+def test_every_package_of_the_frontier_is_in_a_layer() -> None:
+    """A new package of frontier/ must take its place in the layers, or nothing checks it."""
+    import tomllib
+
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    (layered,) = [c for c in contracts if c.get("containers") == ["frontier"]]
+    named = {room.strip() for layer in layered["layers"] for room in layer.split("|")}
+    frontier = ROOT / "frontier"
+    rooms = {p.parent.name for p in frontier.glob("*/__init__.py")} | {
+        p.stem for p in frontier.glob("*.py") if p.name != "__init__.py"
+    }
+    assert not rooms - named, f"packages of frontier outside the layers: {sorted(rooms - named)}"
 
 
 def module_graph(package: Path) -> dict[str, set[str]]:
