@@ -352,6 +352,22 @@ def test_a_fetch_status_and_throttling_headers_are_read_from_stormcrawler_metada
     assert fetch_signal({"fetch.statusCode": ["oops"]}).status == 0
 
 
+def test_a_clients_date_comes_with_its_retry_after_as_a_workers_does() -> None:
+    """One header list (frontier.core.headers.THROTTLE_HEADERS): a StormCrawler update's
+    ``protocol.Date`` reaches the frontier, so an HTTP-date Retry-After is read against the server's
+    clock, as from a worker's feedback (the gateway's own list had no ``date``: the wait was read
+    against the frontier's clock)."""
+    from frontier.core.headers import THROTTLE_HEADERS, gate_seconds
+
+    signal = fetch_signal({"fetch.statusCode": ["429"], "protocol.Retry-After": ["Wed, 21 Oct 2015 07:28:30 GMT"],
+                           "protocol.Date": ["Wed, 21 Oct 2015 07:28:00 GMT"]})  # fmt: skip
+    assert signal.headers == {"retry-after": "Wed, 21 Oct 2015 07:28:30 GMT", "date": "Wed, 21 Oct 2015 07:28:00 GMT"}
+    gate = gate_seconds(signal.status, signal.headers, True, now=T0)  # the frontier's clock years later
+    assert gate is not None and gate[0] == pytest.approx(30.0)
+    every = {f"protocol.{name}": ["1"] for name in THROTTLE_HEADERS}
+    assert set(fetch_signal(every).headers or {}) == set(THROTTLE_HEADERS)
+
+
 def test_submissions_are_bounded_and_never_move_autothrottle() -> None:
     sub = submission("http://a.test/", "a.test", "default", {"k": ["v"]}, None)
     assert sub.autothrottle is False and sub.key == "a.test"

@@ -9,8 +9,9 @@ URL's metadata says about its fetch, and a URLItem as a submission.
 - **fetch status in metadata**: StormCrawler writes the response status as ``fetch.statusCode``
   and response headers as ``protocol.<header>`` when its metadata persistence keeps them (its
   QueueRegulatorBolt needs them: ``fetch.statusCode`` and ``protocol.retry-after``); other clients
-  may send the same keys. The throttling headers among them (Retry-After, RateLimit, X-RateLimit)
-  reach the frontier as a worker's would.
+  may send the same keys. The throttling headers among them (``frontier.core.headers``'
+  ``THROTTLE_HEADERS``: Retry-After, RateLimit, X-RateLimit, and Date, against which an HTTP-date
+  Retry-After is read) reach the frontier as a worker's would.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from frontier.core.headers import THROTTLE_HEADERS
 from topics.schemas import DEFAULT_CRAWL, Submission, valid_crawl
 
 API_DEFAULT_CRAWL = "DEFAULT"
@@ -26,8 +28,6 @@ MAX_META_BYTES = 48 * 1024  # a URL's metadata, as JSON, at most (a submission i
 MAX_URL_CHARS = 8192
 STATUS_KEYS = ("fetch.statusCode", "fetch.status_code", "status")
 HEADER_PREFIX = "protocol."
-THROTTLE_HEADERS = ("retry-after", "ratelimit", "ratelimit-policy", "ratelimit-limit", "ratelimit-remaining",
-                    "ratelimit-reset", "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset")  # fmt: skip
 
 
 class BadItem(ValueError):

@@ -21,11 +21,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from frontier.config import Config
+from frontier.core.lru import LRU
 from topics.kafka import Kafka
 from topics.schemas import DEFAULT_CRAWL
 from workers.api import Jobs, LeasedJob, Outcome
@@ -52,7 +52,7 @@ class CrawlPool:
         self.jobs = Jobs(cfg, crawl=crawl, kafka=kafka, concurrency=cfg.urlfrontier.held, check_addresses=False,
                          name=f"urlfrontier-{crawl}")  # fmt: skip
         self.ready: list[LeasedJob] = []
-        self.handed: OrderedDict[str, Handed] = OrderedDict()  # url → its job in a client's hands
+        self.handed: LRU[str, Handed] = LRU(MAX_HANDED)  # url → its job in a client's hands
         self.arrived = asyncio.Event()
         self.asked = time.monotonic()  # when a GetURLs last asked for this crawl (made: as if asked)...
         self.asking = 0  # ...and how many are asking now
@@ -169,10 +169,7 @@ class CrawlPool:
         now = time.time()
         job.sent(now)  # the client sends it now: the host's next send is timed from here
         await job.hold(until, tell=False)
-        self.handed[job.url] = Handed(job, now, until)
-        self.handed.move_to_end(job.url)
-        while len(self.handed) > MAX_HANDED:
-            self.handed.popitem(last=False)
+        self.handed.put(job.url, Handed(job, now, until))
 
     async def updated(self, url: str, signal: Signal) -> bool:
         """A known-URL update of ``url``: its job here, if any, is reported (True). Its send time is
