@@ -13,12 +13,12 @@ import asyncio
 import ipaddress
 import logging
 import socket
-import time
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 from urllib.parse import urlsplit
 
+from workers.api.clock import SYSTEM
 from workers.api.safety import AddressPolicy
 
 TTL = 300.0  # seconds a resolution is reused (as the built-in fetcher's DNS cache)
@@ -50,7 +50,13 @@ class HasAddresses(Protocol):
 
 
 class AddressCheck:
-    def __init__(self, allow: Iterable[str] = (), block_private: bool = True) -> None:
+    """Resolves a job's host and judges its addresses; resolutions reused ``TTL`` seconds of ``clock``
+    (monotonic)."""
+
+    def __init__(
+        self, allow: Iterable[str] = (), block_private: bool = True, clock: Callable[[], float] = SYSTEM.monotonic
+    ) -> None:
+        self._clock = clock
         self.policy = AddressPolicy(allow, block_private)
         self._cache: OrderedDict[tuple[str, int], tuple[float, list[str]]] = OrderedDict()
 
@@ -73,7 +79,7 @@ class AddressCheck:
             pass
         key = (host, port)
         hit = self._cache.get(key)
-        if hit is not None and hit[0] > time.monotonic():
+        if hit is not None and hit[0] > self._clock():
             self._cache.move_to_end(key)
             return hit[1]
         loop = asyncio.get_running_loop()
@@ -82,7 +88,7 @@ class AddressCheck:
         except (OSError, TimeoutError, UnicodeError):
             return []
         found = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        self._cache[key] = (time.monotonic() + TTL, found)
+        self._cache[key] = (self._clock() + TTL, found)
         while len(self._cache) > CACHED_HOSTS:
             self._cache.popitem(last=False)
         return found
