@@ -19,7 +19,8 @@ from confluent_kafka import Message
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.control import control_record, control_records
 from frontier.core.kv import MemoryKV
-from frontier.intake.addresses import Resolver, TtlCache, ip_literal, preferred
+from frontier.core.lru import TtlCache
+from frontier.intake.addresses import Resolver, ip_literal, preferred
 from frontier.intake.router import route
 from frontier.partition import PartitionFrontier
 from topics.partitioning import partition_for, partition_key, partition_of

@@ -17,7 +17,8 @@ scope state there.
   :data:`MAX_PENDING` lookups are in flight, beyond that new hosts get no address.
 - **Bounded in memory**: answers are cached :data:`TTL` seconds (failures
   :data:`NEGATIVE_TTL`), at most :data:`MAX_HOSTS` hosts, least recently used out first
-  (:class:`TtlCache`, pure: time is passed in).
+  (:class:`frontier.core.lru.TtlCache`, pure: time is passed in; the workers' address check
+  caches its answers in one too).
 
 The lookup is injectable (unit tests resolve from a table); the default is the system resolver
 (``getaddrinfo``), so ``/etc/hosts`` and the local resolver's caching apply.
@@ -30,10 +31,11 @@ import logging
 import socket
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from functools import partial
+
+from frontier.core.lru import TtlCache
 
 log = logging.getLogger(__name__)
 
@@ -78,39 +80,6 @@ def preferred(addresses: Iterable[str]) -> str:
     return min(v6).compressed if v6 else ""
 
 
-class TtlCache:
-    """A bounded map with an age limit per entry (pure: ``now`` is passed in).
-
-    At most ``max_entries`` keys; adding one more drops the least recently used. An entry older
-    than its expiry is gone (removed when it is read)."""
-
-    def __init__(self, max_entries: int) -> None:
-        if max_entries < 1:
-            raise ValueError("max_entries must be at least 1")
-        self.max_entries = max_entries
-        self._entries: OrderedDict[str, tuple[str, float]] = OrderedDict()
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def get(self, key: str, now: float) -> str | None:
-        entry = self._entries.get(key)
-        if entry is None:
-            return None
-        value, expires = entry
-        if now >= expires:
-            del self._entries[key]
-            return None
-        self._entries.move_to_end(key)
-        return value
-
-    def put(self, key: str, value: str, expires: float) -> None:
-        self._entries[key] = (value, expires)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self.max_entries:
-            self._entries.popitem(last=False)
-
-
 class Resolver:
     """Resolves the hosts of a routed batch to one address each (see the module docstring)."""
 
@@ -127,7 +96,7 @@ class Resolver:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._lookup = lookup
-        self._cache = TtlCache(max_hosts)
+        self._cache: TtlCache[str, str] = TtlCache(max_hosts)
         self._ttl, self._negative_ttl = ttl, negative_ttl
         self._timeout = timeout
         self._max_pending = max_pending

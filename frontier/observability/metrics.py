@@ -11,7 +11,6 @@ budget is spent.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -20,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from frontier.client.crawls import shown
 from frontier.core.causes import CAUSES  # the classes of delay changes: the cause label
+from frontier.core.lru import LRU
 from frontier.observability.process import FETCH_CLASSES, process_metrics
 from topics.schemas import CrawlStatus
 
@@ -141,7 +141,7 @@ class FrontierMetrics:
             self.feedback.labels(cls)
         self._lost_seen: dict[int, int] = {}  # partition -> its stored lost count when last looked at here
         # scopes whose delay a budget changed here (the budget gauge reads their states), oldest first
-        self.budgeted: OrderedDict[str, None] = OrderedDict()
+        self.budgeted: LRU[str, None] = LRU(MAX_BUDGET_SCOPES)
 
     def count_lost(self, partitions: Mapping[int, int]) -> None:
         """Each owned partition's stored count of lost leases (``{partition: count}``, at every
@@ -160,6 +160,6 @@ class FrontierMetrics:
         """A budget changed ``scope``'s delay: count it in the budget gauge while it has a budget
         (at most ``MAX_BUDGET_SCOPES``: beyond, new ones are not counted)."""
         if scope in self.budgeted:
-            self.budgeted.move_to_end(scope)
+            self.budgeted.get(scope)  # (now the most recent)
         elif len(self.budgeted) < MAX_BUDGET_SCOPES:
-            self.budgeted[scope] = None
+            self.budgeted.put(scope, None)

@@ -13,12 +13,12 @@ import asyncio
 import ipaddress
 import logging
 import socket
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Iterable
 from typing import Protocol
 from urllib.parse import urlsplit
 
-from workers.api.clock import SYSTEM
+from frontier.core.lru import LRU, TtlCache
 from workers.api.safety import AddressPolicy
 
 TTL = 300.0  # seconds a resolution is reused (as the built-in fetcher's DNS cache)
@@ -27,7 +27,7 @@ RESOLVE_TIMEOUT = 5.0
 
 
 SAID_HOSTS = 1000  # hosts whose blocked addresses were said in the log (each once)
-_said: OrderedDict[str, None] = OrderedDict()
+_said: LRU[str, None] = LRU(SAID_HOSTS)
 
 
 def say_blocked(log: logging.Logger, host: str, addresses: Iterable[str] = ()) -> None:
@@ -35,9 +35,7 @@ def say_blocked(log: logging.Logger, host: str, addresses: Iterable[str] = ()) -
     test site: the error page alone is easy to miss (a spider just gets no item)."""
     if host in _said:
         return
-    _said[host] = None
-    while len(_said) > SAID_HOSTS:
-        _said.popitem(last=False)
+    _said.put(host, None)
     found = ", ".join(list(addresses)[:4])
     log.warning("%s resolves only to addresses this worker may not reach%s (private, loopback, link-local...): "
                 "its URLs end as error pages 'blocked_address'. For a local test site allow its network in the "
@@ -50,15 +48,9 @@ class HasAddresses(Protocol):
 
 
 class AddressCheck:
-    """Resolves a job's host and judges its addresses; resolutions reused ``TTL`` seconds of ``clock``
-    (monotonic)."""
-
-    def __init__(
-        self, allow: Iterable[str] = (), block_private: bool = True, clock: Callable[[], float] = SYSTEM.monotonic
-    ) -> None:
-        self._clock = clock
+    def __init__(self, allow: Iterable[str] = (), block_private: bool = True) -> None:
         self.policy = AddressPolicy(allow, block_private)
-        self._cache: OrderedDict[tuple[str, int], tuple[float, list[str]]] = OrderedDict()
+        self._cache: TtlCache[tuple[str, int], list[str]] = TtlCache(CACHED_HOSTS)
 
     async def blocked(self, url: str, job: HasAddresses) -> bool:
         """True when ``url``'s host resolves only to blocked addresses; ``job.addresses`` gets the
@@ -78,17 +70,14 @@ class AddressCheck:
         except ValueError:
             pass
         key = (host, port)
-        hit = self._cache.get(key)
-        if hit is not None and hit[0] > self._clock():
-            self._cache.move_to_end(key)
-            return hit[1]
+        hit = self._cache.get(key, time.monotonic())
+        if hit is not None:
+            return hit
         loop = asyncio.get_running_loop()
         try:
             infos = await asyncio.wait_for(loop.getaddrinfo(host, port, type=socket.SOCK_STREAM), RESOLVE_TIMEOUT)
         except (OSError, TimeoutError, UnicodeError):
             return []
         found = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        self._cache[key] = (self._clock() + TTL, found)
-        while len(self._cache) > CACHED_HOSTS:
-            self._cache.popitem(last=False)
+        self._cache.put(key, found, time.monotonic() + TTL)
         return found

@@ -22,7 +22,6 @@ from topics.catalog import Topics
 from topics.kafka import AsyncProducer
 from topics.partitioning import partition_of
 from topics.schemas import Feedback, FeedbackBatch, Rejected, encode
-from workers.api.clock import SYSTEM, Clock
 
 log = logging.getLogger("worker")
 
@@ -33,10 +32,7 @@ Waiting = tuple[Feedback, "asyncio.Future[None]"]
 
 
 class Publisher:
-    """Records out through ``producer``; a feedback batch lingers ``FEEDBACK_LINGER`` on ``clock``."""
-
-    def __init__(self, producer: AsyncProducer, topics: Topics, clock: Clock = SYSTEM) -> None:
-        self.clock = clock
+    def __init__(self, producer: AsyncProducer, topics: Topics) -> None:
         self.producer = producer
         self.topics = topics
         self._feedback: dict[int, list[Waiting]] = defaultdict(list)
@@ -80,10 +76,10 @@ class Publisher:
     async def settled(self, timeout: float = 5.0) -> None:
         """Wait for a feedback batch still lingering (tests, shutdown)."""
         if self._flushing is not None:
-            await self.clock.wait_for(asyncio.shield(self._flushing), timeout)
+            await asyncio.wait_for(asyncio.shield(self._flushing), timeout)
 
     async def _flush(self) -> None:
-        await self.clock.sleep(FEEDBACK_LINGER)
+        await asyncio.sleep(FEEDBACK_LINGER)
         batches, self._feedback = self._feedback, defaultdict(list)
         for partition, queued in batches.items():
             for entries in by_size(queued):

@@ -18,13 +18,13 @@ with a WARNING that its answers are not checked.
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from scrapy.resolver import CachingThreadedResolver
 from twisted.internet.error import DNSLookupError
 
+from frontier.core.lru import LRU
 from workers.api.addresses import say_blocked
 from workers.api.safety import AddressPolicy
 
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("workers.scrapy")
 
 KEPT = 1000  # names whose answer was blocked lately, for the middleware's error kind
-_blocked: OrderedDict[str, None] = OrderedDict()
+_blocked: LRU[str, None] = LRU(KEPT)
 
 
 def blocked_recently(host: str) -> bool:
@@ -65,10 +65,7 @@ class SafeResolver(CachingThreadedResolver):
         if self.policy.allowed(address):
             return address
         key = name.lower()
-        _blocked[key] = None
-        _blocked.move_to_end(key)
-        while len(_blocked) > KEPT:
-            _blocked.popitem(last=False)
+        _blocked.put(key, None)
         say_blocked(log, name, [address])
         raise DNSLookupError(f"{name} resolves to {address}, which this worker may not reach")
 
