@@ -18,6 +18,7 @@ from frontier import client as client_module
 from frontier.cli import main
 from frontier.client import FrontierClient, SubmitError
 from frontier.config import Config
+from tests.fakes import FakeProducer
 from topics.kafka import LIBRDKAFKA_LOG, Kafka, KafkaUnreachable
 
 DOWN = "127.0.0.1:1"
@@ -166,21 +167,6 @@ def test_the_client_checks_before_its_first_use() -> None:
 
 
 # -- the CLI as a thin shell over the client (the connection injected) ---------------------------------
-
-
-class FakeProducer:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes]] = []
-
-    def produce(self, topic: str, value: bytes, **kwargs: Any) -> None:
-        self.records.append((topic, value))
-        kwargs["on_delivery"](None, None)
-
-    def poll(self, _timeout: float) -> int:
-        return 0
-
-    def flush(self, _timeout: float) -> int:
-        return 0
 
 
 class FakeKafka(Kafka):

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import msgspec
-from confluent_kafka import TopicPartition
 
 from frontier.config import AutoThrottleSettings, Config, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import MemoryKV
@@ -32,7 +31,8 @@ from frontier.core.urls import parse_input
 from frontier.partition import PartitionFrontier
 from frontier.partition.keys import lease_key
 from frontier.partition.records import lease_dec
-from topics.schemas import Feedback, FeedbackBatch, Job, Query, UrlItem, decode, encode
+from tests.fakes import FakeConsumer, FakeMessage, FakeProducer
+from topics.schemas import Feedback, Job, Query, UrlItem, encode
 from workers.api import Jobs
 from workers.api.leased import Outcome
 from workers.api.publishing import Publisher
@@ -265,59 +265,6 @@ async def test_the_gateway_reports_a_url_handed_out_as_sent_when_its_update_came
 # -- a gateway stops within seconds -----------------------------------------------------------------
 
 
-@dataclass
-class FakeMessage:
-    data: bytes
-    offset_: int = 0
-
-    def value(self) -> bytes:
-        return self.data
-
-    def topic(self) -> str:
-        return "crawl.jobs"
-
-    def partition(self) -> int:
-        return 0
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def error(self) -> None:
-        return None
-
-
-class FakeProducer:
-    def __init__(self) -> None:
-        self.records: list[tuple[str, bytes]] = []
-
-    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
-             partition: int | None = None) -> asyncio.Future[Any]:  # fmt: skip
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        assert value is not None
-        self.records.append((topic, value))
-        fut.set_result(None)
-        return fut
-
-    def close(self) -> None:
-        pass
-
-    def feedback(self) -> list[Feedback]:
-        return [fb for t, v in self.records if t.endswith("crawl.feedback") for fb in decode(v, FeedbackBatch).items]
-
-
-class FakeConsumer:
-    def __init__(self) -> None:
-        self.commits: list[list[tuple[str, int, int]]] = []
-        self.closed = False
-
-    def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> list[TopicPartition]:
-        self.commits.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])
-        return offsets
-
-    def close(self) -> None:
-        self.closed = True
-
-
 async def test_jobs_on_their_way_when_a_gateway_stops_are_handed_back_within_seconds() -> None:
     """Found by the gateway's integration tests: SIGTERM took 25-90 s. The consumer's last poll
     started job tasks that reached the ready list after ``Jobs.close`` had cancelled the held ones
@@ -326,7 +273,7 @@ async def test_jobs_on_their_way_when_a_gateway_stops_are_handed_back_within_sec
     committed either (the poller that commits them had stopped)."""
     producer = FakeProducer()
     jobs = Jobs(Config(), concurrency=8, name="gateway", check_addresses=False)
-    jobs.publisher = Publisher(producer, jobs.cfg.topics)  # type: ignore[arg-type]
+    jobs.reporter.publisher = Publisher(producer, jobs.cfg.topics)  # type: ignore[arg-type]
     jobs._bind()
     consumer = FakeConsumer()
     jobs.consuming.consumer = consumer  # type: ignore[assignment]

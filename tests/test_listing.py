@@ -30,6 +30,7 @@ from frontier.partition import PartitionFrontier
 from frontier.partition.recorded import UNBOUNDED, Budget
 from frontier.service.rocks import RocksKV
 from frontier.service.service import FrontierService
+from tests.fakes import FakeClock
 from tests.test_service_protocol import Event, Recorder, serve
 from tests.test_urlfrontier import SETTINGS, THROTTLE
 from topics.catalog import Topics
@@ -178,18 +179,6 @@ def test_listing_in_pages_reads_each_record_once_on_the_real_store(tmp_path: Pat
 
 
 # -- slices ------------------------------------------------------------------------------------------
-class FakeClock:
-    """A clock that moves ``step`` seconds each time it is read."""
-
-    def __init__(self, step: float) -> None:
-        self.now = 0.0
-        self.step = step
-
-    def __call__(self) -> float:
-        self.now += self.step
-        return self.now
-
-
 def test_a_slice_ends_at_its_time_or_its_records() -> None:
     clock = FakeClock(0.0001)  # each look at the clock: 0.1 ms later
     budget = Budget(clock, seconds=0.002, records=UNBOUNDED)

@@ -23,9 +23,10 @@ from frontier.core.kv import MemoryKV
 from frontier.core.urls import Rejection, parse_input
 from frontier.partition import PartitionFrontier
 from frontier.partition.revisits import learned
+from tests.fakes import FakeProducer, message
 from tests.test_partition import SETTINGS, THROTTLE, Log
 from tests.test_worker_api import make_job, worker_with
-from tests.test_worker_jobs import FakeProducer, message, serving
+from tests.test_worker_jobs import serving
 from topics.schemas import Feedback, Job, Page, UrlItem
 from workers.api.outcome import FetchResult
 from workers.api.revisits import conditional_headers, digest, judge
@@ -136,7 +137,7 @@ async def test_a_revisit_is_conditional_and_an_unchanged_page_is_said_without_it
             job = make_job(item.url, lease=f"{path}#{round_}")
             job = msgspec.structs.replace(job, item=item)
             await worker.jobs.handle(message(job, round_ * 10 + n))  # type: ignore[arg-type]
-        await worker.jobs.publisher.settled()
+        await worker.jobs.reporter.publisher.settled()
         feedback = {fb.lease.split("#")[0]: fb for fb in producer.feedback() if fb.lease.endswith(f"#{round_}")}
         items = {p: msgspec.structs.replace(i, validators=feedback[p].validators) for p, i in items.items()}
     await worker.fetcher.close()

@@ -19,8 +19,9 @@ from frontier.config import FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import MemoryKV
 from frontier.core.urls import parse_input
 from frontier.partition import PartitionFrontier
+from tests.fakes import FakeProducer, message
 from tests.test_worker_api import make_job, worker_with
-from tests.test_worker_jobs import FakeProducer, message, serving
+from tests.test_worker_jobs import serving
 from topics.schemas import Feedback, Job, Submission, UrlItem
 from workers.api import followups, sitemaps
 from workers.api.outcome import FetchResult
@@ -162,7 +163,7 @@ async def test_a_sitemap_job_submits_what_it_lists_and_a_bad_one_is_an_error_pag
                                      domain=HOST, sitemap=HOST)  # fmt: skip
         job = msgspec.structs.replace(make_job(it.url, lease=path), item=it)
         await worker.jobs.handle(message(job, n))  # type: ignore[arg-type]
-    await worker.jobs.publisher.settled()
+    await worker.jobs.reporter.publisher.settled()
     await worker.fetcher.close()
     await worker.builtin.close()
     subs = [(s.url.removeprefix(site), s.sitemap) for s in producer.submissions()]

@@ -8,35 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import TopicPartition
 
 from frontier.partition.keys import STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.restore import LocalCopy, close_partition, db_path, local_copy
 from frontier.service.rocks import RocksKV
 from frontier.service.standby import Standby
+from tests.fakes import FakeConsumer
 
 DAY = 24 * 3600.0
-
-
-class FakeConsumer:
-    def __init__(self) -> None:
-        self.low, self.high = 0, 0
-        self.asked = 0
-        self.assigned: list[TopicPartition] = []
-        self.pos = -1001  # the consumer's position: nothing fetched yet
-
-    def get_watermark_offsets(self, tp: TopicPartition, timeout: float = 0, cached: bool = False) -> tuple[int, int]:
-        self.asked += 1
-        return self.low, self.high
-
-    def position(self, tps: list[TopicPartition]) -> list[TopicPartition]:
-        return [TopicPartition(tp.topic, tp.partition, self.pos) for tp in tps]
-
-    def incremental_assign(self, tps: list[TopicPartition]) -> None:
-        self.assigned.extend(tps)
-
-    def incremental_unassign(self, tps: list[TopicPartition]) -> None:
-        pass
 
 
 class Clock:

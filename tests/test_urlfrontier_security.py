@@ -20,6 +20,7 @@ import pytest
 
 from frontier.cli import main
 from frontier.config import Config, ConfigError, UrlFrontierConfig, from_dict, load
+from tests.fakes import FakeProducer
 from topics.schemas import Rejected, decode
 from workers.urlfrontier import security
 from workers.urlfrontier.pool import Pools
@@ -216,14 +217,6 @@ def gateway(**section: Any) -> tuple[Gateway, FakeProducer]:
     return Gateway(cfg, None, producer, None, Pools(cfg, None), "test"), producer  # type: ignore[arg-type]
 
 
-class FakeProducer:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes]] = []
-
-    async def send(self, topic: str, value: bytes, **_: Any) -> None:
-        self.sent.append((topic, value))
-
-
 async def test_set_log_level_changes_the_projects_loggers_only() -> None:
     gw, _ = gateway()
     before = logging.getLogger("grpc").level, logging.getLogger().level
@@ -287,11 +280,11 @@ async def test_a_put_naming_a_crawl_past_the_cap_is_refused() -> None:
     for item in (pb.URLItem(ID="new", discovered=pb.DiscoveredURLItem(info=info)),
                  pb.URLItem(ID="known", known=pb.KnownURLItem(info=info))):  # fmt: skip
         assert await gw._put(item) == (item.ID, pb.AckMessage.Status.SKIPPED)
-    reasons = [decode(value, Rejected).reason for topic, value in producer.sent if topic.endswith("rejected")]
+    reasons = [decode(value, Rejected).reason for topic, value in producer.records if topic.endswith("rejected")]
     assert len(reasons) == 2 and all("urlfrontier.max_crawls" in r and "'c'" in r for r in reasons), reasons
     ok = pb.URLItem(ID="a", discovered=pb.DiscoveredURLItem(info=pb.URLInfo(url="http://x.test/", crawlID="a")))
     assert await gw._put(ok) == ("a", pb.AckMessage.Status.OK)
-    assert [t for t, _ in producer.sent][-1].endswith("urls")
+    assert [t for t, _ in producer.records][-1].endswith("urls")
 
 
 # -- the interceptor on a real gRPC server ------------------------------------------------------------------

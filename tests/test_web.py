@@ -44,6 +44,7 @@ from frontier.observability.web import build_web, check_exposure
 from frontier.partition import PartitionFrontier
 from frontier.service.owned import _Owned
 from frontier.service.service import FrontierService
+from tests.fakes import FakeProducer
 from topics.schemas import ControlCommand, Rejected, ScopeStatus, Status, UrlItem, decode, encode
 
 TOKEN = "s3cret-token-0123456789"
@@ -225,18 +226,6 @@ def test_no_live_page_off_loopback_without_a_token(tmp_path: Path, capsys: pytes
 
 
 # -- the frontier's watch maps ------------------------------------------------------------------------
-class FakeProducer:
-    def __init__(self) -> None:
-        self.sent: list[tuple[str, bytes | None, int]] = []
-
-    def send_nowait(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int = -1,
-                    on_delivery: Any = None) -> None:  # fmt: skip
-        self.sent.append((topic, value, partition))
-
-    async def send(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int = -1) -> None:
-        self.sent.append((topic, value, partition))
-
-
 class Event:
     acked = 0
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 
 import httpx
@@ -22,9 +23,11 @@ from aiohttp import web
 from frontier.config import Config, ConfigError, WorkerConfig
 from frontier.core import policy
 from frontier.core.state import Done, ScopeState, Sent
-from tests.test_worker_jobs import FakeProducer, message, serving
+from tests.fakes import FakeProducer, JumpClock, message
+from tests.test_worker_jobs import poll, serving
 from topics.schemas import Feedback, Job, Submission, UrlItem
 from workers.api import AlreadyReported, BlockingJob, LeasedJob, Outcome
+from workers.api.clock import SYSTEM, Clock
 from workers.api.publishing import Publisher
 from workers.examples import background, partial, threaded_requests
 from workers.fetcher.worker import Fetcher, FetchWorker, load_fetcher
@@ -43,8 +46,8 @@ ROUTES: dict[str, tuple[int, dict[str, str], float]] = {
 }
 
 
-def make_job(url: str, lease: str, expires_in: float = 30.0, timeout: float = 5.0) -> Job:
-    now = time.time()
+def make_job(url: str, lease: str, expires_in: float = 30.0, timeout: float = 5.0, clock: Clock = SYSTEM) -> Job:
+    now = clock.now()
     return Job(lease=lease, item=UrlItem(url=url, host=HOST, domain=HOST), not_before=now,
                expires_at=now + expires_in, timeout=timeout)  # fmt: skip
 
@@ -60,22 +63,52 @@ async def site() -> AsyncIterator[str]:
         yield base
 
 
-def worker_with(fetcher: Fetcher | None, producer: FakeProducer) -> FetchWorker:
-    worker = FetchWorker(CFG, concurrency=4, name="api-test", fetcher=fetcher)
-    worker.jobs.publisher = Publisher(producer, CFG.topics)  # type: ignore[arg-type]
+def worker_with(fetcher: Fetcher | None, producer: FakeProducer, clock: Clock = SYSTEM) -> FetchWorker:
+    worker = FetchWorker(CFG, concurrency=4, name="api-test", fetcher=fetcher, clock=clock)
+    worker.jobs.reporter.publisher = Publisher(producer, CFG.topics)  # type: ignore[arg-type]
     worker.jobs._bind()
     return worker
 
 
+async def until(condition: Callable[[], bool], what: str) -> None:
+    """Let the event loop run (no time passes) until ``condition`` holds."""
+    for _ in range(1000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError(f"never happened: {what}")
+
+
+async def got_within(worker: FetchWorker, clock: JumpClock, seconds: float) -> LeasedJob | None:
+    """``worker.jobs.get(seconds)``, its wait jumped through on ``clock``."""
+    getting = asyncio.ensure_future(worker.jobs.get(seconds))
+    await clock.advance(seconds)
+    return await getting
+
+
 async def crawl(fetcher: Fetcher | None, base: str) -> list[Feedback]:
-    producer = FakeProducer()
-    worker = worker_with(fetcher, producer)
+    producer, clock = FakeProducer(), JumpClock()
+    worker = worker_with(fetcher, producer, clock)
     for n, path in enumerate(ROUTES):
-        await worker.jobs.handle(message(make_job(base + path, lease=path), n))  # type: ignore[arg-type]
-    await worker.jobs.publisher.settled()
+        job = make_job(base + path, lease=path, clock=clock)
+        await through_windows(worker, clock, worker.jobs.handle(message(job, n)))  # type: ignore[arg-type]
+    await worker.jobs.reporter.publisher.settled()
     await worker.fetcher.close()
     await worker.builtin.close()
     return producer.feedback()
+
+
+async def through_windows(worker: FetchWorker, clock: JumpClock, handling: Awaitable[None]) -> None:
+    """Await ``handling``, jumping ``clock`` over the windows the host announced instead of waiting
+    them out (polled while the request is on its way to the real local server)."""
+    task = asyncio.ensure_future(handling)
+    gates = worker.jobs.holder.gates
+    while not task.done():
+        closed = max((gate.closed_until for gate in gates.values()), default=0.0)
+        if closed > clock.now():
+            await clock.advance(closed - clock.now())
+        await asyncio.wait({task}, timeout=0.01)
+    await task
 
 
 def said(fb: Feedback) -> tuple[str, str, int, str, dict[str, str]]:
@@ -128,12 +161,12 @@ async def test_user_fetchers_report_what_the_built_in_reports_and_move_the_polic
 # -- the reports' contracts ---------------------------------------------------------------------------
 
 
-async def run_with(handler: Fetcher, site: str, *paths: str) -> tuple[FakeProducer, FetchWorker]:
+async def run_with(handler: Fetcher, site: str, *paths: str, clock: Clock = SYSTEM) -> tuple[FakeProducer, FetchWorker]:
     producer = FakeProducer()
-    worker = worker_with(handler, producer)
+    worker = worker_with(handler, producer, clock)
     for n, path in enumerate(paths):
-        await worker.jobs.handle(message(make_job(site + path, lease=path), n))  # type: ignore[arg-type]
-    await worker.jobs.publisher.settled()
+        await worker.jobs.handle(message(make_job(site + path, lease=path, clock=clock), n))  # type: ignore[arg-type]
+    await worker.jobs.reporter.publisher.settled()
     return producer, worker
 
 
@@ -146,7 +179,7 @@ async def test_skip_ends_the_url_with_a_skipped_page_and_no_request(site: str) -
     assert (page.outcome, page.error, page.v) == ("skipped", "not for this worker", 2)
     [fb] = producer.feedback()
     assert (fb.outcome, fb.sent_at, fb.status) == ("skipped", 0.0, 0)
-    assert worker.jobs.gates[HOST].last_sent == 0.0, "no request went out: the host's last send is unchanged"
+    assert worker.jobs.holder.gates[HOST].last_sent == 0.0, "no request went out: the host's last send is unchanged"
     assert worker.jobs.tracker.open_count() == 0
 
 
@@ -205,16 +238,14 @@ async def test_a_job_is_reported_once(site: str) -> None:
 
 
 async def test_a_job_never_reported_is_given_up_after_its_lease_and_frees_its_slot(site: str) -> None:
-    producer = FakeProducer()
-    worker = worker_with(None, producer)
+    producer, clock = FakeProducer(), JumpClock()
+    worker = worker_with(None, producer, clock)
     worker.jobs.handler = None  # the pull shape: taken from the queue, never reported
-    job = make_job(site + "/ok", lease="H", expires_in=0.3, timeout=0.2)
+    job = make_job(site + "/ok", lease="H", expires_in=0.3, timeout=0.2, clock=clock)
     worker.jobs.consuming.take(message(job))  # type: ignore[arg-type]
     taken = await worker.jobs.get(1.0)
     assert taken is not None and worker.jobs.tracker.open_count() == 1
-    deadline = time.monotonic() + 5
-    while worker.jobs.tracker.open_count() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
+    await clock.advance(0.5)  # past expires_at + timeout
     assert worker.jobs.tracker.open_count() == 0 and not worker.jobs.holder.entered, "the job was never given up"
     assert producer.feedback() == [], "no feedback: the frontier's lease expires and the job comes back"
     with pytest.raises(AlreadyReported):
@@ -225,28 +256,37 @@ async def test_without_a_send_time_the_host_is_timed_from_the_report(site: str) 
     """A fetcher that says nothing about when its request went out: the host's next request is
     timed from the report (a time the request surely went out by), never from the hand-over."""
 
+    clock = JumpClock()
+
     async def slow_report(job: LeasedJob) -> Outcome:
-        await asyncio.sleep(0.2)
+        await clock.advance(0.2)  # the fetch takes its time
         return Outcome(status=200)
 
-    producer, worker = await run_with(Fetcher(slow_report), site, "/ok")
+    producer, worker = await run_with(Fetcher(slow_report), site, "/ok", clock=clock)
     [fb] = producer.feedback()
-    gate = worker.jobs.gates[HOST]
+    gate = worker.jobs.holder.gates[HOST]
     assert gate.last_sent >= fb.done_at - 0.001 and fb.sent_at == fb.done_at and fb.latency == 0.0
 
 
 async def test_a_user_fetcher_past_the_jobs_timeout_is_a_timeout(site: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("workers.fetcher.worker.TIMEOUT_GRACE", 0.1)
 
+    called = asyncio.Event()
+
     async def stuck(job: LeasedJob) -> Outcome:
-        await asyncio.sleep(30)
+        called.set()
+        await asyncio.Event().wait()  # never answers
         return Outcome(status=200)
 
-    producer = FakeProducer()
-    worker = worker_with(Fetcher(stuck), producer)
+    producer, clock = FakeProducer(), JumpClock()
+    worker = worker_with(Fetcher(stuck), producer, clock)
     started = time.monotonic()
-    await worker.jobs.handle(message(make_job(site + "/ok", lease="T", timeout=0.3)))  # type: ignore[arg-type]
-    await worker.jobs.publisher.settled()
+    job = make_job(site + "/ok", lease="T", timeout=0.3, clock=clock)
+    handling = asyncio.ensure_future(worker.jobs.handle(message(job)))  # type: ignore[arg-type]
+    await called.wait()
+    await clock.advance(0.4)  # the job's timeout and the grace
+    await handling
+    await worker.jobs.reporter.publisher.settled()
     assert time.monotonic() - started < 5
     assert [(fb.outcome, fb.error) for fb in producer.feedback()] == [("error", "timeout")]
 
@@ -274,22 +314,20 @@ def factory(cfg: Config) -> object:
 async def test_a_host_is_not_opened_by_an_earlier_job_under_a_later_ones_feet(site: str) -> None:
     """A says it was sent; B is handed over and has not gone out yet; A's report must not let C
     go before B has gone out (C would be timed from B's hand-over, not from B's real send)."""
-    producer = FakeProducer()
-    worker = worker_with(None, producer)
+    producer, clock = FakeProducer(), JumpClock()
+    worker = worker_with(None, producer, clock)
     worker.jobs.handler = None  # the pull shape
-    jobs = [make_job(f"{site}/ok", lease=name) for name in "ABC"]
+    jobs = [make_job(f"{site}/ok", lease=name, clock=clock) for name in "ABC"]
     tasks = [asyncio.create_task(worker.jobs.handle(message(j, n))) for n, j in enumerate(jobs)]  # type: ignore[arg-type]
-    deadline = time.monotonic() + 5
-    while worker.jobs._ready is not None and worker.jobs._ready.empty():
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.01)
+    ready = worker.jobs._ready
+    await until(lambda: ready is not None and not ready.empty(), "A handed over")
     a = await worker.jobs.get(0)  # a job that is waiting is taken without waiting
     assert a is not None and a.job.lease == "A"
     a.sent()
     b = await worker.jobs.get(2.0)
     assert b is not None and b.job.lease == "B"
     await a.fetched(200, {})
-    assert await worker.jobs.get(0.3) is None, "C was handed over before B's request went out"
+    assert await got_within(worker, clock, 0.3) is None, "C was handed over before B's request went out"
     b.sent()
     c = await worker.jobs.get(2.0)
     assert c is not None and c.job.lease == "C"
@@ -299,33 +337,33 @@ async def test_a_host_is_not_opened_by_an_earlier_job_under_a_later_ones_feet(si
 
 
 async def test_a_job_given_up_while_waiting_to_be_taken_is_skipped_by_get(site: str) -> None:
-    producer = FakeProducer()
-    worker = worker_with(None, producer)
+    producer, clock = FakeProducer(), JumpClock()
+    worker = worker_with(None, producer, clock)
     worker.jobs.handler = None
-    worker.jobs.consuming.take(message(make_job(site + "/ok", lease="G", expires_in=0.2, timeout=0.1)))  # type: ignore[arg-type]
-    deadline = time.monotonic() + 5
-    while worker.jobs.tracker.open_count() and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)  # never taken: given up at expires_at + timeout
+    job = make_job(site + "/ok", lease="G", expires_in=0.2, timeout=0.1, clock=clock)
+    worker.jobs.consuming.take(message(job))  # type: ignore[arg-type]
+    ready = worker.jobs._ready
+    await until(lambda: ready is not None and not ready.empty(), "G handed over")
+    await clock.advance(0.3)  # never taken: given up at expires_at + timeout
     assert worker.jobs.tracker.open_count() == 0
-    assert await worker.jobs.get(0.3) is None  # no AlreadyReported from a job given up in the queue
+    assert await got_within(worker, clock, 0.3) is None  # no AlreadyReported from a job given up in the queue
 
 
 async def test_a_window_announced_after_the_hand_over_sends_the_taken_job_back(site: str) -> None:
-    producer = FakeProducer()
-    worker = worker_with(None, producer)
+    producer, clock = FakeProducer(), JumpClock()
+    worker = worker_with(None, producer, clock)
     worker.jobs.handler = None
     for n, name in enumerate("AB"):
-        worker.jobs.consuming.take(message(make_job(site + "/ok", lease=name), n))  # type: ignore[arg-type]
+        worker.jobs.consuming.take(message(make_job(site + "/ok", lease=name, clock=clock), n))  # type: ignore[arg-type]
     a = await worker.jobs.get(2.0)
     assert a is not None
     a.sent()
-    deadline = time.monotonic() + 5
-    while worker.jobs._ready is not None and worker.jobs._ready.empty() and time.monotonic() < deadline:
-        await asyncio.sleep(0.01)  # B handed over behind A
+    ready = worker.jobs._ready
+    await until(lambda: ready is not None and not ready.empty(), "B handed over behind A")
     a.answered(429, {"Retry-After": "30"})
-    assert await worker.jobs.get(0.3) is None, "a job was handed out inside the window the host announced"
+    assert await got_within(worker, clock, 0.3) is None, "a job was handed out inside the window the host announced"
     await a.fetched(429, {"Retry-After": "30"})
-    await worker.jobs.publisher.settled()
+    await worker.jobs.reporter.publisher.settled()
     assert {fb.lease: fb.outcome for fb in producer.feedback()}["B"] == "expired"
 
 
@@ -334,20 +372,25 @@ async def test_a_fetcher_cancelled_at_its_timeout_inside_async_with_job_reports_
 ) -> None:
     monkeypatch.setattr("workers.fetcher.worker.TIMEOUT_GRACE", 0.1)
 
+    called = asyncio.Event()
+
     async def stuck(job: LeasedJob) -> None:
         async with job:  # as docs/WORKERS.md shows: a cancellation is not the job's error
-            await asyncio.sleep(30)
+            called.set()
+            await asyncio.Event().wait()  # never answers
 
-    producer = FakeProducer()
-    worker = worker_with(Fetcher(stuck), producer)
-    await worker.jobs.handle(message(make_job(site + "/ok", lease="T", timeout=0.3)))  # type: ignore[arg-type]
-    await worker.jobs.publisher.settled()
+    producer, clock = FakeProducer(), JumpClock()
+    worker = worker_with(Fetcher(stuck), producer, clock)
+    job = make_job(site + "/ok", lease="T", timeout=0.3, clock=clock)
+    handling = asyncio.ensure_future(worker.jobs.handle(message(job)))  # type: ignore[arg-type]
+    await called.wait()
+    await clock.advance(0.4)  # the job's timeout and the grace
+    await handling
+    await worker.jobs.reporter.publisher.settled()
     assert [(fb.outcome, fb.error) for fb in producer.feedback()] == [("error", "timeout")]
 
 
 async def test_plain_function_fetchers_run_as_many_at_once_as_the_workers_concurrency(site: str) -> None:
-    import threading
-
     width = 8
     together = threading.Barrier(width, timeout=5)
 
@@ -357,12 +400,12 @@ async def test_plain_function_fetchers_run_as_many_at_once_as_the_workers_concur
 
     producer = FakeProducer()
     worker = FetchWorker(CFG, concurrency=width, name="wide", fetcher=Fetcher(fetch))
-    worker.jobs.publisher = Publisher(producer, CFG.topics)  # type: ignore[arg-type]
+    worker.jobs.reporter.publisher = Publisher(producer, CFG.topics)  # type: ignore[arg-type]
     worker.jobs._bind()
     jobs = [Job(lease=f"W{n}", item=UrlItem(url=f"{site}/ok", host=f"h{n}.test", domain=f"h{n}.test"),
                 not_before=time.time(), expires_at=time.time() + 30, timeout=10) for n in range(width)]  # fmt: skip
     await asyncio.gather(*(worker.jobs.handle(message(j, n)) for n, j in enumerate(jobs)))  # type: ignore[arg-type]
-    await worker.jobs.publisher.settled()
+    await worker.jobs.reporter.publisher.settled()
     await worker.fetcher.close()
     assert sorted(fb.outcome for fb in producer.feedback()) == ["fetched"] * width
 
@@ -384,24 +427,27 @@ async def test_a_thread_past_its_timeout_keeps_the_host_closed_until_it_ends(
     monkeypatch.setattr("workers.fetcher.worker.TIMEOUT_GRACE", 0.1)
     ended: dict[str, float] = {}
     started: dict[str, float] = {}
+    connected = threading.Event()
 
     def fetch(job: BlockingJob) -> Outcome:
         started[job.leased.job.lease] = time.time()
         if job.leased.job.lease == "A":
-            time.sleep(1.0)  # a connect that takes its time: nothing says the request left
+            connected.wait(5)  # a connect that takes its time: nothing says the request left
         ended[job.leased.job.lease] = time.time()
         return Outcome(status=200)
 
-    producer = FakeProducer()
-    worker = worker_with(Fetcher(fetch), producer)
-    a = make_job(site + "/ok", lease="A", timeout=0.2)
-    b = make_job(site + "/ok", lease="B")
-    await asyncio.gather(*(worker.jobs.handle(message(j, n)) for n, j in enumerate((a, b))))  # type: ignore[arg-type]
-    await worker.jobs.publisher.settled()
-    deadline = time.monotonic() + 5
-    while "A" not in ended:  # the thread outlives its report
-        assert time.monotonic() < deadline
-        await asyncio.sleep(0.02)
+    producer, clock = FakeProducer(), JumpClock()
+    worker = worker_with(Fetcher(fetch), producer, clock)
+    a = make_job(site + "/ok", lease="A", timeout=0.2, clock=clock)
+    b = make_job(site + "/ok", lease="B", clock=clock)
+    both = asyncio.gather(*(worker.jobs.handle(message(j, n)) for n, j in enumerate((a, b))))  # type: ignore[arg-type]
+    await poll(lambda: "A" in started, 5, "A's thread to start")
+    await clock.advance(0.3)  # A's timeout and the grace: reported as a timeout, its thread still connecting
+    await poll(lambda: [fb.lease for fb in producer.feedback()] == ["A"], 5, "A's report")
+    await clock.advance(0)  # B's chance to go while A's thread could still send
+    connected.set()  # the thread outlives its report
+    await both
+    await worker.jobs.reporter.publisher.settled()
     await worker.fetcher.close()
     assert {fb.lease: fb.error for fb in producer.feedback()} == {"A": "timeout", "B": ""}
     assert started["B"] >= ended["A"], "the host's next job went while the timed-out thread could still send"

@@ -3,7 +3,8 @@ burst of robots jobs are cut into several FeedbackBatch records, each acknowledg
 
 import asyncio
 
-from tests.test_worker_jobs import FakeProducer, make_worker
+from tests.fakes import FakeProducer
+from tests.test_worker_jobs import make_worker
 from topics.schemas import Feedback, FeedbackBatch, decode
 from workers.api.publishing import FEEDBACK_RECORD_BYTES
 
@@ -14,7 +15,7 @@ async def test_a_burst_of_robots_bodies_is_cut_into_records_the_broker_takes() -
     body = b"User-agent: *\nDisallow: /x\n" * 18_000  # ~500 KiB
     results = [Feedback(lease=f"L{n}", host=f"h{n}.test", domain="d.test", url=f"http://h{n}.test/robots.txt",
                         outcome="fetched", status=200, body=body) for n in range(30)]  # fmt: skip
-    await asyncio.gather(*(worker.jobs.publisher.feedback(fb) for fb in results))
+    await asyncio.gather(*(worker.jobs.reporter.publisher.feedback(fb) for fb in results))
     records = producer.values("crawl.feedback")
     assert len(records) > 1 and all(len(r) <= FEEDBACK_RECORD_BYTES * 1.1 for r in records)
     assert sorted(fb.lease for r in records for fb in decode(r, FeedbackBatch).items) == sorted(

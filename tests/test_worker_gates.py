@@ -17,9 +17,11 @@ from aiohttp import web
 from msgspec.structs import replace
 
 from frontier.config import Config
-from tests.test_worker_jobs import FakeProducer, handle, make_worker, message
+from tests.fakes import FakeProducer, JumpClock, message
+from tests.test_worker_jobs import handle, make_worker, poll
 from tests.test_worker_jobs import serving as serving_on
 from topics.schemas import Job, UrlItem
+from workers.api.clock import SYSTEM, Clock
 from workers.fetcher.worker import FetchWorker
 
 HOST = "127.0.0.94"
@@ -27,17 +29,19 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class Limited:
-    """Answers the first request with 429 + Retry-After: 2, then 200; records arrival times."""
+    """Answers the first request with 429 + Retry-After: 2, then 200; records arrival times (on
+    ``clock``: the worker's)."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.arrivals: list[tuple[str, float]] = []
         self.answered_429_at = 0.0
         self.base = ""
 
     async def handle(self, request: web.Request) -> web.Response:
-        self.arrivals.append((request.path, time.time()))
+        self.arrivals.append((request.path, self.clock.now()))
         if len(self.arrivals) == 1:
-            self.answered_429_at = time.time()
+            self.answered_429_at = self.clock.now()
             return web.Response(status=429, headers={"Retry-After": "2"})
         return web.Response(text="ok")
 
@@ -60,18 +64,23 @@ def job(url: str, lease: str, not_before: float, expires_at: float) -> Job:
 
 
 async def test_case_26_held_jobs_are_not_sent_inside_the_window(limited: Limited) -> None:
-    producer = FakeProducer()
-    worker = make_worker(producer)
-    now = time.time()
+    producer, clock = FakeProducer(), JumpClock()
+    limited.clock = clock
+    worker = make_worker(producer, clock=clock)
+    now = clock.now()
     first = job(f"{limited.base}/0", "L0", now, now + 30)
     # dispatched before the frontier heard of the 429: due 0.3 s later, leases long enough to wait
     held = [job(f"{limited.base}/{n}", f"L{n}", now + 0.3, now + 30) for n in (1, 2, 3)]
     # and one whose lease ends inside the window: handed back, never sent
     short = job(f"{limited.base}/short", "LS", now + 0.3, now + 1.5)
     async with aiohttp.ClientSession() as session:
-        await asyncio.gather(*(handle(worker, session, message(j, n)) for n, j in
-                               enumerate([first, *held, short])))  # fmt: skip
-        await worker.jobs.publisher.settled()
+        handling = asyncio.gather(*(handle(worker, session, message(j, n)) for n, j in
+                                    enumerate([first, *held, short])))  # fmt: skip
+        gates = worker.jobs.holder.gates
+        await poll(lambda: HOST in gates and gates[HOST].closed_until > 0, 5, "the 429's window")
+        await clock.advance(5.0)  # past the window (2 s and its margin)
+        await handling
+        await worker.jobs.reporter.publisher.settled()
     window_end = limited.answered_429_at + 2.0
     later = [(path, at) for path, at in limited.arrivals if path != "/0"]
     assert sorted(p for p, _ in later) == ["/1", "/2", "/3"], "the short-lease job must not be sent"
@@ -85,21 +94,22 @@ async def test_a_server_stated_interval_counts_from_the_end_of_the_previous_resp
     request arrives 0.5 s after the previous response ended, not 0.5 s after it was sent."""
     ends: list[float] = []
     arrivals: list[float] = []
+    clock = JumpClock()  # the worker's and the server's
 
     async def slow(request: web.Request) -> web.StreamResponse:
-        arrivals.append(time.time())
-        await asyncio.sleep(0.3)  # the simulated server's work before it answers
+        arrivals.append(clock.now())
+        await clock.sleep(0.3)  # the simulated server's work before it answers
         response = web.Response(text="slow")
-        ends.append(time.time())
+        ends.append(clock.now())
         return response
 
     async with serving(slow) as base:
-        worker = make_worker(FakeProducer())
-        now = time.time()
+        worker = make_worker(FakeProducer(), clock=clock)
+        now = clock.now()
         jobs = [replace(job(f"{base}/{n}", f"F{n}", now, now + 30), floor=0.5) for n in range(3)]
         async with aiohttp.ClientSession() as session:
-            await asyncio.gather(*(handle(worker, session, message(j, n)) for n, j in
-                                   enumerate(jobs)))  # fmt: skip
+            await clock.lapse(asyncio.gather(*(handle(worker, session, message(j, n)) for n, j in
+                                               enumerate(jobs))))  # fmt: skip
     assert len(arrivals) == 3
     gaps = [b - a for a, b in zip(ends, arrivals[1:], strict=False)]
     assert all(g >= 0.5 for g in gaps), gaps
@@ -121,7 +131,7 @@ async def test_a_robots_redirect_is_reported_not_followed() -> None:
         robots = replace(job(f"{base}/robots.txt", "R1", now, now + 30), kind="robots")
         async with aiohttp.ClientSession() as session:
             await handle(worker, session, message(robots))
-            await worker.jobs.publisher.settled()
+            await worker.jobs.reporter.publisher.settled()
     assert hits == ["/robots.txt"]
     [fb] = producer.feedback()
     assert fb.status == 301 and fb.headers["location"] == "/elsewhere/robots.txt"
@@ -132,9 +142,9 @@ def test_idle_host_gates_are_forgotten_so_memory_does_not_grow_with_every_host()
     worker = FetchWorker(Config(), concurrency=4, name="prune")
     now = time.time()
     for n in range(100_000):
-        worker.jobs.gates[f"h{n}.test"].last_sent = now - 3600
-    worker.jobs.gates["recent.test"].last_sent = now - 5
-    worker.jobs.gates["window.test"].last_sent = now - 3600
-    worker.jobs.gates["window.test"].closed_until = now + 30  # the host asked for a pause: kept
-    assert worker.jobs.prune_gates(now) == 100_000
-    assert set(worker.jobs.gates) == {"recent.test", "window.test"}
+        worker.jobs.holder.gates[f"h{n}.test"].last_sent = now - 3600
+    worker.jobs.holder.gates["recent.test"].last_sent = now - 5
+    worker.jobs.holder.gates["window.test"].last_sent = now - 3600
+    worker.jobs.holder.gates["window.test"].closed_until = now + 30  # the host asked for a pause: kept
+    assert worker.jobs.holder.prune_gates(now) == 100_000
+    assert set(worker.jobs.holder.gates) == {"recent.test", "window.test"}

@@ -11,7 +11,8 @@ import time
 import aiohttp
 from aiohttp import web
 
-from tests.test_worker_jobs import FakeProducer, handle, make_worker, message, poll, serving
+from tests.fakes import FakeProducer, message
+from tests.test_worker_jobs import handle, make_worker, poll, serving
 from topics.schemas import Job, UrlItem
 from workers.api.gates import _HostGate
 from workers.fetcher.worker import FetchWorker
@@ -54,21 +55,23 @@ async def test_a_gate_in_use_is_kept_and_an_idle_one_holds_no_lock_or_event() ->
     async with serving(answer, HOST) as base, aiohttp.ClientSession() as session:
         first = asyncio.create_task(handle(worker, session, message(job(f"{base}/slow", "A"))))
         await poll(lambda: len(arrivals) == 1, 5, "the first request")
-        gate = worker.jobs.gates[HOST]
+        gate = worker.jobs.holder.gates[HOST]
         assert gate.users == 1 and gate.busy()
         far = time.time() + 10 * 3600
-        assert worker.jobs.prune_gates(far) == 0 and HOST in worker.jobs.gates, "a gate in use was forgotten"
+        assert worker.jobs.holder.prune_gates(far) == 0 and HOST in worker.jobs.holder.gates, (
+            "a gate in use was forgotten"
+        )
         # a second job of the host waits behind the first one's gap, through the same gate
         second = asyncio.create_task(handle(worker, session, message(job(f"{base}/fast", "B", 0.3), 1)))
         await poll(lambda: gate.users == 2, 5, "the second job at the gate")
         release.set()
         await asyncio.wait_for(asyncio.gather(first, second), 10)
         assert len(arrivals) == 2
-        assert worker.jobs.gates[HOST] is gate and gate.users == 0
+        assert worker.jobs.holder.gates[HOST] is gate and gate.users == 0
         assert gate._lock is None and gate._idle is None, "an idle gate still holds its lock or event"
         assert gate.last_sent >= arrivals[0] - 1 and gate.last_end >= gate.last_sent
-        assert worker.jobs.prune_gates(far) == 1 and HOST not in worker.jobs.gates
-        await worker.jobs.publisher.settled()
+        assert worker.jobs.holder.prune_gates(far) == 1 and HOST not in worker.jobs.holder.gates
+        await worker.jobs.reporter.publisher.settled()
     sent = {fb.lease: fb.sent_at for fb in producer.feedback()}
     assert sorted(sent) == ["A", "B"]
     # The gap is judged on the sends the worker recorded, not on the handler's clock reads: this server

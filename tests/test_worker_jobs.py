@@ -21,86 +21,20 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TopicPartition
 from msgspec.structs import replace
 
 from deploy.kafka import free_port
 from frontier.config import BackoffSettings, Config, ScopeSettings, ThrottleConfig
-from topics.schemas import Feedback, FeedbackBatch, Job, Page, Submission, UrlItem, decode, encode
+from tests.fakes import FakeConsumer, FakeMessage, FakeProducer, JumpClock, message
+from topics.schemas import Job, Page, Submission, UrlItem
 from workers.api import Jobs
+from workers.api.clock import SYSTEM, Clock
 from workers.api.publishing import Publisher
 from workers.fetcher.worker import FetchWorker
 
 HOST = "127.0.0.93"
 AGENT = "kafka-crawl-frontier"  # the agent token of the default user agent
-
-
-class FakeProducer:
-    """Records every record sent; ``refuse(topic, value)`` returning a reason makes its delivery
-    fail like a broker refusal; ``ack_delay`` is the simulated broker's acknowledgement time."""
-
-    def __init__(self, refuse: Callable[[str, bytes], str | None] | None = None, ack_delay: float = 0.0) -> None:
-        self.refuse = refuse or (lambda _topic, _value: None)
-        self.ack_delay = ack_delay
-        self.records: list[tuple[str, bytes]] = []
-        self.unacked_at_feedback: list[int] = []  # records not yet acknowledged when each feedback was sent
-        self._acks: list[asyncio.Future[Any]] = []
-
-    def send(
-        self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None
-    ) -> asyncio.Future[Any]:
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[Any] = loop.create_future()
-        assert value is not None
-        if topic.endswith("crawl.feedback"):
-            self.unacked_at_feedback.append(sum(not f.done() for f in self._acks))
-        self.records.append((topic, value))
-        reason = self.refuse(topic, value)
-        if reason:
-            fut.set_exception(KafkaException(KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, reason)))
-        elif self.ack_delay:
-            loop.call_later(self.ack_delay, lambda: fut.done() or fut.set_result(None))
-        else:
-            fut.set_result(None)
-        self._acks.append(fut)
-        return fut
-
-    def values(self, suffix: str) -> list[bytes]:
-        return [v for t, v in self.records if t.endswith(suffix)]
-
-    def pages(self) -> list[Page]:
-        return [decode(v, Page) for v in self.values("crawl.pages")]
-
-    def feedback(self) -> list[Feedback]:
-        return [fb for v in self.values("crawl.feedback") for fb in decode(v, FeedbackBatch).items]
-
-    def submissions(self) -> list[Submission]:
-        return [decode(v, Submission) for v in self.values("crawl.urls")]
-
-
-@dataclass
-class FakeMessage:
-    """What ``_handle`` reads of a consumed confluent-kafka message."""
-
-    data: bytes
-    offset_: int = 0
-    topic_: str = "crawl.jobs"
-    partition_: int = 0
-
-    def value(self) -> bytes:
-        return self.data
-
-    def topic(self) -> str:
-        return self.topic_
-
-    def partition(self) -> int:
-        return self.partition_
-
-    def offset(self) -> int:
-        return self.offset_
-
-    def error(self) -> None:
-        return None
 
 
 @dataclass
@@ -157,9 +91,11 @@ async def session() -> AsyncIterator[aiohttp.ClientSession]:
         yield s
 
 
-def make_worker(producer: FakeProducer, cfg: Config | None = None, concurrency: int = 4) -> FetchWorker:
-    worker = FetchWorker(cfg or Config(), concurrency=concurrency, name="test-worker")
-    worker.jobs.publisher = Publisher(producer, worker.cfg.topics)  # type: ignore[arg-type]
+def make_worker(
+    producer: FakeProducer, cfg: Config | None = None, concurrency: int = 4, clock: Clock = SYSTEM
+) -> FetchWorker:
+    worker = FetchWorker(cfg or Config(), concurrency=concurrency, name="test-worker", clock=clock)
+    worker.jobs.reporter.publisher = Publisher(producer, worker.cfg.topics)  # type: ignore[arg-type]
     worker.jobs._bind()
     return worker
 
@@ -176,20 +112,16 @@ def start(worker: FetchWorker, session: aiohttp.ClientSession, msg: FakeMessage)
     return worker.jobs.consuming.take(msg)  # type: ignore[arg-type]
 
 
-def make_job(url: str, lease: str = "L1", **item: Any) -> Job:
-    now = time.time()
+def make_job(url: str, lease: str = "L1", clock: Clock = SYSTEM, **item: Any) -> Job:
+    now = clock.now()
     return Job(lease=lease, item=UrlItem(url=url, host=HOST, domain=HOST, **item), not_before=now,
                expires_at=now + 30, timeout=5)  # fmt: skip
-
-
-def message(job: Job, offset: int = 0) -> FakeMessage:
-    return FakeMessage(encode(job), offset_=offset)
 
 
 async def run_job(worker: FetchWorker, session: aiohttp.ClientSession, job: Job) -> None:
     """Handle ``job``, then let any feedback batch still lingering go out."""
     await handle(worker, session, message(job))
-    await worker.jobs.publisher.settled()
+    await worker.jobs.reporter.publisher.settled()
 
 
 async def poll(condition: Callable[[], bool], timeout: float, what: str) -> None:
@@ -306,17 +238,18 @@ async def test_any_exception_after_the_fetch_ends_in_an_error_page_and_result(
 async def test_a_job_that_expires_while_waiting_for_a_worker_slot_is_handed_back(
     site: Site, session: aiohttp.ClientSession
 ) -> None:
-    producer = FakeProducer()
-    worker = make_worker(producer, concurrency=1)  # one request at a time: the held job keeps the slot
-    holder = asyncio.ensure_future(handle(worker, session, message(make_job(site.url("/hold"), "A"))))
+    producer, clock = FakeProducer(), JumpClock()
+    worker = make_worker(producer, concurrency=1, clock=clock)  # one request at a time: the held job keeps the slot
+    holder = asyncio.ensure_future(handle(worker, session, message(make_job(site.url("/hold"), "A", clock))))
     await poll(lambda: "/hold" in site.hits, 5, "the first job to hold the only slot")
-    late = make_job(site.url("/late"), "B")
-    late = replace(late, expires_at=time.time() + 0.3)
+    late = make_job(site.url("/late"), "B", clock)
+    late = replace(late, expires_at=clock.now() + 0.3)
     waiting = asyncio.ensure_future(handle(worker, session, message(late, 1)))
-    await poll(lambda: time.time() > late.expires_at, 5, "the second job's expiry")
+    await clock.advance(0.31)  # the second job's expiry passes while it waits for the slot
+    assert clock.now() > late.expires_at
     site.release.set()
     await asyncio.wait_for(asyncio.gather(holder, waiting), 10)
-    await worker.jobs.publisher.settled()
+    await worker.jobs.reporter.publisher.settled()
     assert "/late" not in site.hits, "a request was sent after the job's lease had expired"
     assert {fb.lease: fb.outcome for fb in producer.feedback()} == {"A": "fetched", "B": "expired"}
 
@@ -337,20 +270,12 @@ async def test_a_job_whose_host_slot_comes_after_its_expiry_is_handed_back_at_on
     assert [(fb.lease, fb.outcome) for fb in producer.feedback()] == [("A", "fetched"), ("B", "expired")]
 
 
-class FakeConsumer:
-    def __init__(self) -> None:
-        self.commits: list[list[tuple[str, int, int]]] = []
-
-    def commit(self, offsets: list[TopicPartition], asynchronous: bool = True) -> None:
-        self.commits.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])
-
-
 async def test_a_revoke_cancels_the_jobs_still_running_after_its_grace(
     site: Site, session: aiohttp.ClientSession
 ) -> None:
     producer = FakeProducer()
     worker = make_worker(producer)
-    worker.jobs.revoke_grace = 0.3
+    worker.jobs.consuming.revoke_grace = 0.3
     job = replace(make_job(site.url("/later"), "A"), not_before=time.time() + 60, expires_at=time.time() + 90)
     other = make_job(site.url("/hold"), "B")
     other = replace(other, item=replace(other.item, host="127.0.0.94"))  # another host: not behind A's host gate
@@ -365,7 +290,7 @@ async def test_a_revoke_cancels_the_jobs_still_running_after_its_grace(
     assert consumer.commits == [[("crawl.jobs", 0, 5)]], "the cancelled job's offset must not be committed past"
     site.release.set()
     await asyncio.wait_for(kept, 10)
-    await worker.jobs.publisher.settled()
+    await worker.jobs.reporter.publisher.settled()
     assert "/later" not in site.hits and producer.feedback()[0].lease == "B"
 
 
@@ -373,25 +298,25 @@ async def test_a_revoke_waits_for_a_job_in_user_codes_hands_and_commits_its_repo
     """The pull shape (``async for``, the Scrapy add-on): a job handed over and not yet reported
     when its partition is revoked is waited for (up to the grace) like a handler's, so its done
     mark goes with the revoke's commit and the partition's next owner does not fetch it again."""
-    producer = FakeProducer()
-    jobs = Jobs(Config(), concurrency=4, name="pull", check_addresses=False)
-    jobs.publisher = Publisher(producer, jobs.cfg.topics)  # type: ignore[arg-type]
+    producer, clock = FakeProducer(), JumpClock()
+    jobs = Jobs(Config(), concurrency=4, name="pull", check_addresses=False, clock=clock)
+    jobs.reporter.publisher = Publisher(producer, jobs.cfg.topics)  # type: ignore[arg-type]
     jobs._bind()
     jobs.consuming.revoke_grace = 5.0
-    consumed = jobs.consuming.take(message(make_job(site.url("/x"), "A"), offset=5))  # type: ignore[arg-type]
+    consumed = jobs.consuming.take(message(make_job(site.url("/x"), "A", clock), offset=5))  # type: ignore[arg-type]
     leased = await jobs.get(5)
     assert leased is not None and leased.job.lease == "A"
     consumer = FakeConsumer()
     revoking = asyncio.ensure_future(
         asyncio.to_thread(jobs.consuming.on_revoke, consumer, [TopicPartition("crawl.jobs", 0)])  # type: ignore[arg-type]
     )
-    await asyncio.sleep(0.3)
+    await clock.advance(0.3)
     assert not revoking.done(), "the revoke let the partition go with a job still in user code's hands"
     await leased.fetched(200, {}, b"ok")
     await asyncio.wait_for(revoking, 5)
     assert consumer.commits == [[("crawl.jobs", 0, 6)]], consumer.commits  # its report's offset goes with it
     await asyncio.wait_for(consumed, 5)
-    await jobs.publisher.settled()
+    await jobs.reporter.publisher.settled()
     assert [fb.lease for fb in producer.feedback()] == ["A"]
 
 

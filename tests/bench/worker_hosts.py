@@ -19,7 +19,7 @@ from typing import Any
 
 from frontier.config import Config
 from tests.bench.common import parser, report, size
-from tests.test_worker_jobs import FakeMessage
+from tests.fakes import FakeMessage
 from topics.schemas import Job, UrlItem, encode
 from workers.api import LeasedJob, Outcome
 from workers.api.holding import GATE_IDLE
@@ -65,12 +65,12 @@ async def drive(worker: FetchWorker, hosts: int, concurrency: int) -> int:
     step = concurrency * 4  # bounded: at most this many jobs exist at a time
     for start in range(0, hosts, step):
         await asyncio.gather(*(one(n) for n in range(start, min(hosts, start + step))))
-    return worker.jobs.fetched
+    return worker.jobs.reporter.fetched
 
 
 async def measure(hosts: int, concurrency: int) -> None:
     worker = FetchWorker(Config(), concurrency=concurrency, name="bench-worker-hosts")
-    worker.jobs.publisher = Publisher(NullProducer(), worker.cfg.topics)  # type: ignore[arg-type]
+    worker.jobs.reporter.publisher = Publisher(NullProducer(), worker.cfg.topics)  # type: ignore[arg-type]
     worker.jobs._bind()
     worker.jobs.handler = stub_fetch  # no network: the stub fetch
     gc.collect()
@@ -80,14 +80,15 @@ async def measure(hosts: int, concurrency: int) -> None:
     took = time.perf_counter() - started
     gc.collect()
     after = rss_mb()
-    gates = len(worker.jobs.gates)
-    forgotten = worker.jobs.prune_gates(time.time() + max(GATE_IDLE, 2 * worker.cfg.frontier.fetch_timeout) + 1)
+    gates = len(worker.jobs.holder.gates)
+    forgotten = worker.jobs.holder.prune_gates(time.time() + max(GATE_IDLE, 2 * worker.cfg.frontier.fetch_timeout) + 1)
     gc.collect()
     pruned = rss_mb()
-    report("worker_hosts", hosts=hosts, fetched=fetched, gates=gates, forgotten=forgotten, left=len(worker.jobs.gates),
+    left = len(worker.jobs.holder.gates)
+    report("worker_hosts", hosts=hosts, fetched=fetched, gates=gates, forgotten=forgotten, left=left,
            rss_before_mb=round(before, 1), rss_after_mb=round(after, 1), rss_after_prune_mb=round(pruned, 1),
            bytes_per_host=round((after - before) * 2**20 / hosts), seconds=round(took, 1))  # fmt: skip
-    if fetched != hosts or forgotten != hosts or worker.jobs.gates:
+    if fetched != hosts or forgotten != hosts or worker.jobs.holder.gates:
         raise SystemExit(f"expected {hosts} fetched and forgotten, got {fetched} and {forgotten}")
 
 

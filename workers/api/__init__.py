@@ -1,15 +1,20 @@
 """The worker API: how any code takes leased jobs from the frontier, each once it may be sent, and
 reports what came of them in the protocol's order (docs/WORKERS.md, docs/PROTOCOL.md).
 
-- ``jobs``        :class:`Jobs`, the façade: its life, the shapes (``async for``, ``serve``, ``get``)
-  and one job's way through, over three collaborators it owns:
+- ``jobs``        :class:`Jobs`: its life, the shapes (``async for``, ``serve``, ``get``) and one
+  job's way through; the parts it makes (used directly: ``jobs.holder.gates``,
+  ``jobs.reporter.publisher``, ``jobs.consuming.membership``, ``jobs.endings.dropped``):
 - ``holding``     :class:`~workers.api.holding.Holder`: the slots and per-host gates (``gates``), until
   a job may be sent; what user code tells along the way
 - ``reporting``   :class:`~workers.api.reporting.Reporter`: what is published, in the protocol's order
 - ``consuming``   :class:`~workers.api.consuming.JobConsumer`: the Kafka consumer, assign, revoke and
   lost, whose the partitions are (``membership``), the commits (``offsets``)
+- ``endings``     :class:`~workers.api.endings.Endings`: the ways a job ends (reported, handed back,
+  held, dropped, given up), what a :class:`LeasedJob` calls
+- ``clock``       the time and every wait, injected (:class:`~workers.api.clock.Clock`; tests jump it)
 - ``leased``      :class:`LeasedJob`, a job in user code's hands (it calls the API through a small
-  protocol, ``Lessor``); ``outcome``: ``Outcome`` (:class:`FetchResult`) and which outcomes are retried
+  protocol, ``Lessor``, that ``endings`` keeps); ``outcome``: ``Outcome`` (:class:`FetchResult`)
+  and which outcomes are retried
 - ``blocking``    the same for threads and task queues (:class:`BlockingJobs`, :class:`BlockingJob`)
 - ``publishing``  records out, acknowledged: pages, follow-ups, batched feedback, rejections
 - ``followups``, ``links``  what a page leads to: its redirect target and same-site links

@@ -13,12 +13,12 @@ import asyncio
 import ipaddress
 import logging
 import socket
-import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Protocol
 from urllib.parse import urlsplit
 
 from frontier.core.lru import LRU, TtlCache
+from workers.api.clock import SYSTEM
 from workers.api.safety import AddressPolicy
 
 TTL = 300.0  # seconds a resolution is reused (as the built-in fetcher's DNS cache)
@@ -48,7 +48,13 @@ class HasAddresses(Protocol):
 
 
 class AddressCheck:
-    def __init__(self, allow: Iterable[str] = (), block_private: bool = True) -> None:
+    """Resolves a job's host and judges its addresses; resolutions reused ``TTL`` seconds of ``clock``
+    (monotonic)."""
+
+    def __init__(
+        self, allow: Iterable[str] = (), block_private: bool = True, clock: Callable[[], float] = SYSTEM.monotonic
+    ) -> None:
+        self._clock = clock
         self.policy = AddressPolicy(allow, block_private)
         self._cache: TtlCache[tuple[str, int], list[str]] = TtlCache(CACHED_HOSTS)
 
@@ -70,7 +76,7 @@ class AddressCheck:
         except ValueError:
             pass
         key = (host, port)
-        hit = self._cache.get(key, time.monotonic())
+        hit = self._cache.get(key, self._clock())
         if hit is not None:
             return hit
         loop = asyncio.get_running_loop()
@@ -79,5 +85,5 @@ class AddressCheck:
         except (OSError, TimeoutError, UnicodeError):
             return []
         found = list(dict.fromkeys(str(info[4][0]) for info in infos))
-        self._cache.put(key, found, time.monotonic() + TTL)
+        self._cache.put(key, found, self._clock() + TTL)
         return found

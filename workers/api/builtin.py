@@ -15,6 +15,7 @@ import logging
 import aiohttp
 
 from frontier.config import Config
+from workers.api.clock import SYSTEM, Clock
 from workers.api.fetch import bounded_sockets, fetch, send_tracer
 from workers.api.leased import LeasedJob
 from workers.api.outcome import FetchResult
@@ -24,7 +25,10 @@ log = logging.getLogger("worker")
 
 
 class AiohttpFetcher:
-    def __init__(self, cfg: Config, concurrency: int) -> None:
+    """Fetches jobs with one aiohttp session (made when first needed); send times read on ``clock``."""
+
+    def __init__(self, cfg: Config, concurrency: int, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.cfg = cfg
         self.concurrency = concurrency
         self._session: aiohttp.ClientSession | None = None
@@ -60,7 +64,7 @@ class AiohttpFetcher:
             # through the host's throttling (RFC 9309 asks for at least five hops; see frontier.partition)
             return await fetch(self.session(), job.url, job.timeout, job.max_body_bytes, on_sent=on_sent,
                                on_headers=lambda r: job.answered(r.status, r.headers),
-                               headers=job.conditional_headers)  # fmt: skip
+                               headers=job.conditional_headers, clock=self.clock)  # fmt: skip
         except Exception as exc:  # reported as an error, never silence (a poison URL)
             log.exception("fetch of %s failed unexpectedly", job.url)
             return FetchResult(sent_at=sent_at, error=f"worker:{type(exc).__name__}")

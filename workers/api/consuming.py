@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections import defaultdict
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from topics.kafka import coordinates
+from workers.api.clock import Clock
 from workers.api.leased import LeasedJob
 from workers.api.membership import Membership
 from workers.api.metrics import WorkerMetrics, lag
@@ -44,7 +44,7 @@ class JobConsumer:
     job tasks by partition (``running``) and those among them still held (``held``: not handed
     over, so a revoke or a loss may cancel them), and the done marks waiting to be committed
     (``marks``). Each consumed job goes to ``handle`` in a task of its own; ``prune_gates`` is
-    called every minute; ``stopping`` ends the loop."""
+    called every minute; ``stopping`` ends the loop; every interval and wait is on ``clock``."""
 
     def __init__(
         self,
@@ -57,7 +57,9 @@ class JobConsumer:
         stopping: threading.Event,
         measure_lag: bool,
         revoke_grace: float,
+        clock: Clock,
     ) -> None:
+        self.clock = clock
         self.tracker = tracker
         self.handle = handle
         self.prune_gates = prune_gates
@@ -81,7 +83,7 @@ class JobConsumer:
     def start(self, consumer: Consumer, topic: str) -> asyncio.Task[None]:
         """Join the group on ``topic`` with ``consumer``; the loop that takes jobs, in a task."""
         self.consumer = consumer
-        self.membership = Membership()
+        self.membership = Membership(clock=self.clock.monotonic)
         self.membership.start()
         consumer.subscribe([topic], on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_lost)
         return asyncio.ensure_future(self.run(consumer))
@@ -105,16 +107,17 @@ class JobConsumer:
         while not self.finishing.is_set():
             if self.marks:
                 await asyncio.to_thread(self.commit_marks, consumer)
-            await asyncio.sleep(0.05)
+            await self.clock.sleep(0.05)
 
     async def _take_jobs(self, consumer: Consumer) -> None:
-        last_commit = last_lag = last_prune = time.monotonic()
+        clock = self.clock
+        last_commit = last_lag = last_prune = clock.monotonic()
         cap = self.concurrency * 4
         while not self.stopping.is_set():
             want = cap - self.tracker.open_count()
             msgs: list[Message] = await asyncio.to_thread(_take, consumer, want) if want > 0 else []
             if want <= 0:
-                await asyncio.sleep(0.02)
+                await clock.sleep(0.02)
             for msg in msgs:
                 if msg.error() is not None:
                     log.warning("consume error: %s", msg.error())
@@ -126,16 +129,16 @@ class JobConsumer:
             if self.membership is not None and self.membership.suspect:
                 await asyncio.to_thread(self.confirm, consumer)
             if self.marks:  # jobs about to report: their done marks first (between polls, on this loop)
-                last_commit = time.monotonic()
+                last_commit = clock.monotonic()
                 await asyncio.to_thread(self.commit_marks, consumer)
-            elif time.monotonic() - last_commit > 1.0:
-                last_commit = time.monotonic()
+            elif clock.monotonic() - last_commit > 1.0:
+                last_commit = clock.monotonic()
                 self._commit(consumer)
-            if time.monotonic() - last_prune > GATE_PRUNE_EVERY:
-                last_prune = time.monotonic()
-                self.prune_gates(time.time())
-            if self.measure_lag and time.monotonic() - last_lag > 2.0:
-                last_lag = time.monotonic()
+            if clock.monotonic() - last_prune > GATE_PRUNE_EVERY:
+                last_prune = clock.monotonic()
+                self.prune_gates(clock.now())
+            if self.measure_lag and clock.monotonic() - last_lag > 2.0:
+                last_lag = clock.monotonic()
                 try:
                     self.metrics.lag.set(await asyncio.to_thread(lag, consumer, consumer.assignment()))
                 except Exception as exc:  # noqa: BLE001 - a metric must never stop the worker
@@ -151,9 +154,9 @@ class JobConsumer:
     async def still_owns(self, leased: LeasedJob, wait: float = CONFIRM_WAIT) -> bool:
         """Whether the job's partition is this worker's, waiting (up to ``wait``) for the group to
         confirm it after a stall; False: the job must go unsent and unreported (another worker has it)."""
-        deadline = time.monotonic() + wait
-        while (owned := self.owns(leased)) is None and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
+        deadline = self.clock.monotonic() + wait
+        while (owned := self.owns(leased)) is None and self.clock.monotonic() < deadline:
+            await self.clock.sleep(0.02)
         return owned is True
 
     async def mark_done(self, leased: LeasedJob) -> bool:
@@ -171,7 +174,7 @@ class JobConsumer:
             log.info("%r ended after its partition was given up: not reported (its new owner has it)", leased)
             return False
         mark: asyncio.Future[bool] = self.loop.create_future()
-        self.marks.append((mark, time.monotonic(), leased._coords[:2]))
+        self.marks.append((mark, self.clock.monotonic(), leased._coords[:2]))
         return await mark
 
     # -- the group's callbacks and the commits --------------------------------------------------
@@ -207,7 +210,7 @@ class JobConsumer:
             go = False
         elif error is not None:
             # e.g. a rebalance moving the generation: asked again at the next turn, for a while
-            now = time.monotonic()
+            now = self.clock.monotonic()
             waiting = [m for m in marks if now - m[1] < MARK_PATIENCE]
             if waiting:
                 self.marks[:0] = waiting
@@ -269,7 +272,7 @@ class JobConsumer:
             self.lose(self.membership.owned(), f"the group expired this worker during a stall ({error})")
         else:  # e.g. a rebalance in progress: asked again at the next turn
             log.info("membership not confirmed yet after a stall: %s", error)
-            time.sleep(0.2)
+            self.clock.pause(0.2)
 
     def on_revoke(self, c: Consumer, parts: list[TopicPartition]) -> None:
         """On the consumer's thread: drop the jobs of these partitions not sent yet (the new owner
@@ -280,13 +283,13 @@ class JobConsumer:
         if self.membership is not None:
             self.membership.revoked(tps)  # from now on nothing held of them is sent
         self._cancel(tps, held_only=True)
-        deadline = time.monotonic() + self.revoke_grace
-        while self._running_in(tps) and time.monotonic() < deadline:  # (jobs dropped unsent end at once)
+        deadline = self.clock.monotonic() + self.revoke_grace
+        while self._running_in(tps) and self.clock.monotonic() < deadline:  # (jobs dropped unsent end at once)
             # reports waiting for their done marks go now: the commit below, before the partitions
             # move (the callback has not returned), carries the marks (a commit per turn in here
             # blocked the rebalance for the whole grace: measured)
             self.commit_marks(c, commit=False)
-            time.sleep(0.05)
+            self.clock.pause(0.05)
         self.commit_marks(c, commit=False)
         if self._running_in(tps):
             self._cancel(tps)

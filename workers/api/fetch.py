@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -17,6 +16,7 @@ import aiohttp
 from aiohappyeyeballs import AddrInfoType, SocketFactoryType
 
 from workers.api.addresses import say_blocked
+from workers.api.clock import SYSTEM, Clock
 from workers.api.outcome import FetchResult
 from workers.api.safety import BlockedAddress
 
@@ -78,6 +78,7 @@ async def fetch(
     on_sent: Callable[[float], None] | None = None,
     on_headers: Callable[[FetchResult], None] | None = None,
     headers: Mapping[str, str] | None = None,
+    clock: Clock = SYSTEM,
 ) -> FetchResult:
     """Fetch ``url``; redirects are followed only when ``max_redirects`` > 0 (no caller does:
     robots.txt hops come back as jobs of their own, throttled like any request).
@@ -86,10 +87,11 @@ async def fetch(
     :func:`send_tracer` on the session), and ``on_sent`` is called with that time.
     ``on_headers`` is called with the result as soon as the status and headers are in, before
     the body is read (a worker closes a host's window at once, see :meth:`~workers.api.holding.Holder.answered`).
-    ``headers``: sent with the request (a revisit's conditional headers).
+    ``headers``: sent with the request (a revisit's conditional headers); ``clock``: send times
+    are read on it (latencies on the event loop's).
     """
     loop = asyncio.get_running_loop()
-    result = FetchResult(sent_at=time.time())
+    result = FetchResult(sent_at=clock.now())
     t0 = loop.time()
 
     first = True
@@ -100,7 +102,7 @@ async def fetch(
         connected = True
         if first:  # the first request, not a redirect hop
             first = False
-            result.sent_at, t0 = time.time(), loop.time()
+            result.sent_at, t0 = clock.now(), loop.time()
             if on_sent is not None:
                 on_sent(result.sent_at)
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-import time
 from collections import defaultdict
 from typing import Protocol
 
@@ -22,6 +21,7 @@ from frontier.config import ThrottleConfig
 from frontier.core.headers import gate_seconds
 from frontier.core.policy import with_margin
 from topics.schemas import NETWORK_ERRORS, Job
+from workers.api.clock import Clock
 from workers.api.gates import _HostGate
 from workers.api.leased import LeasedJob
 from workers.api.metrics import WorkerMetrics
@@ -50,7 +50,7 @@ class Held(enum.Enum):
 
 class Holder:
     """The slots (``concurrency``), the per-host gates (``gates``) and the jobs holding both
-    (``entered``, from their hand-over until they leave)."""
+    (``entered``, from their hand-over until they leave); send times read on ``clock``."""
 
     def __init__(
         self,
@@ -59,7 +59,9 @@ class Holder:
         fetch_timeout: float,
         backoff_codes: BackoffCodes,
         metrics: WorkerMetrics,
+        clock: Clock,
     ) -> None:
+        self.clock = clock
         self.throttle = throttle
         self.fetch_timeout = fetch_timeout
         self.backoff_codes = backoff_codes
@@ -92,8 +94,8 @@ class Holder:
                     # (a window the host announces meanwhile moves it: the loop reads it again); a
                     # process stopped meanwhile waits for the group to confirm the partition is its own
                     while (slot := self.slot(job, gate)) <= job.expires_at:
-                        if (now := time.time()) < slot:
-                            await asyncio.sleep(slot - now)
+                        if (now := self.clock.now()) < slot:
+                            await self.clock.sleep(slot - now)
                             continue
                         owned = ownership.owns(leased)
                         if owned is None:
@@ -102,10 +104,11 @@ class Holder:
                                 continue  # the send time is read again after the wait
                         lost = not owned
                         break
-                    on_time = not lost and time.time() <= job.expires_at and self.slot(job, gate) <= time.time()
+                    read = self.clock.now
+                    on_time = not lost and read() <= job.expires_at and self.slot(job, gate) <= read()
                     if on_time:
                         leased._prev_sent = gate.last_sent
-                        gate.last_sent = leased.handed_at = time.time()
+                        gate.last_sent = leased.handed_at = self.clock.now()
                         gate.idle.clear()
                         leased.holds_idle = True
             finally:
@@ -179,7 +182,7 @@ class Holder:
         gate = self.gates.get(leased.gate_host)
         if gate is None or leased not in self.entered:
             return
-        now = time.time()
+        now = self.clock.now()
         trigger = result.error in NETWORK_ERRORS or result.status in self.backoff_codes(leased.job)
         closed = gate_seconds(result.status, result.headers, trigger, now)
         if closed is not None:

@@ -14,7 +14,6 @@ and a job left without a report as released.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Protocol
@@ -28,11 +27,12 @@ Outcome = FetchResult  # what user code reports: status, headers, body, sent_at,
 
 class Lessor(Protocol):
     """What a :class:`LeasedJob` calls of the worker API that handed it over (the API's
-    :class:`~workers.api.jobs.Jobs`): the job's reports and what it tells along the way."""
+    :class:`~workers.api.endings.Endings`): the job's reports and what it tells along the way
+    (``sent`` with ``at`` None: now, on the API's clock)."""
 
     def max_body(self, job: Job) -> int: ...
 
-    def sent(self, leased: LeasedJob, at: float) -> None: ...
+    def sent(self, leased: LeasedJob, at: float | None) -> None: ...
 
     def answered(self, leased: LeasedJob, result: FetchResult) -> None: ...
 
@@ -132,7 +132,7 @@ class LeasedJob(JobFacts):
         from it and may be prepared meanwhile. Call it once the request is sent, at the latest when
         the response headers are in; never before the request leaves (a slow connect would then
         shorten the gap the server sees). Not called, the host's next request waits for the report."""
-        self._jobs.sent(self, time.time() if at is None else at)
+        self._jobs.sent(self, at)
 
     def answered(self, status: int, headers: Mapping[str, str]) -> None:
         """The response headers are in: a window the host announces (Retry-After on a 429 or 503,

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
+
+from workers.api.clock import SYSTEM
 
 log = logging.getLogger("worker")
 
@@ -31,7 +32,7 @@ TopicPartition = tuple[str, int]
 
 
 class Membership:
-    def __init__(self, stall: float = STALL, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, stall: float = STALL, clock: Callable[[], float] = SYSTEM.monotonic) -> None:
         self._clock = clock
         self._stall = stall
         self._lock = threading.Lock()

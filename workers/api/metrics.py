@@ -5,9 +5,8 @@ never named: no label carries a host, URL or scope)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +16,7 @@ from prometheus_client.registry import Collector
 
 from frontier.observability.process import FETCH_CLASSES, LATENCY_BUCKETS, fetch_class, process_metrics
 from topics.schemas import DEFAULT_CRAWL
+from workers.api.clock import SYSTEM
 
 SIGNALS = ("limit", "outage")  # why a host refuses: 429 (a limit), or 5xx / no answer (an outage)
 REFUSING_RUN = 3  # refusals in a run before its host counts as refusing
@@ -123,11 +123,12 @@ class HostWatch:
 
 
 class _Hosts(Collector):
-    def __init__(self, hosts: HostWatch) -> None:
+    def __init__(self, hosts: HostWatch, clock: Callable[[], float]) -> None:
         self._hosts = hosts
+        self._clock = clock
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        now = time.monotonic()
+        now = self._clock()
         refusing = GaugeMetricFamily(
             "crawl_worker_refusing_hosts",
             "hosts in a run of refusals at this worker (3+, at least as many as answers): 429s (limit) or 5xx and "
@@ -148,7 +149,8 @@ class _Hosts(Collector):
 
 
 class WorkerMetrics:
-    def __init__(self, crawl: str = DEFAULT_CRAWL) -> None:
+    def __init__(self, crawl: str = DEFAULT_CRAWL, clock: Callable[[], float] = SYSTEM.monotonic) -> None:
+        self._clock = clock  # monotonic: when hosts answered
         self.registry = CollectorRegistry()
         self.fetches = Counter("crawl_worker_fetches", "fetches finished, by class (2xx … 5xx, 429, error, expired)",
                                ["class", "kind"], registry=self.registry)  # fmt: skip
@@ -164,7 +166,7 @@ class WorkerMetrics:
                                    "follow-ups (links, redirects, a spider's requests) Kafka did not take: lost, "
                                    "their job reported as an error", registry=self.registry)  # fmt: skip
         self.hosts = HostWatch()
-        self.registry.register(_Hosts(self.hosts))
+        self.registry.register(_Hosts(self.hosts, clock))
         process_metrics(self.registry)
         for cls in FETCH_CLASSES:
             self.fetches.labels(cls, "page")
@@ -174,7 +176,7 @@ class WorkerMetrics:
         if latency > 0:
             self.latency.observe(latency)
         if host and outcome in ("fetched", "error"):  # an answer, or none: not a job skipped or handed back
-            self.hosts.answer(host, kind, refusal(outcome, status), time.monotonic())
+            self.hosts.answer(host, kind, refusal(outcome, status), self._clock())
 
 
 def lag(consumer: Any, partitions: list[Any]) -> int:

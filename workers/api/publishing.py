@@ -22,6 +22,7 @@ from topics.catalog import Topics
 from topics.kafka import AsyncProducer
 from topics.partitioning import partition_of
 from topics.schemas import Feedback, FeedbackBatch, Rejected, encode
+from workers.api.clock import SYSTEM, Clock
 
 log = logging.getLogger("worker")
 
@@ -32,7 +33,10 @@ Waiting = tuple[Feedback, "asyncio.Future[None]"]
 
 
 class Publisher:
-    def __init__(self, producer: AsyncProducer, topics: Topics) -> None:
+    """Records out through ``producer``; a feedback batch lingers ``FEEDBACK_LINGER`` on ``clock``."""
+
+    def __init__(self, producer: AsyncProducer, topics: Topics, clock: Clock = SYSTEM) -> None:
+        self.clock = clock
         self.producer = producer
         self.topics = topics
         self._feedback: dict[int, list[Waiting]] = defaultdict(list)
@@ -76,10 +80,10 @@ class Publisher:
     async def settled(self, timeout: float = 5.0) -> None:
         """Wait for a feedback batch still lingering (tests, shutdown)."""
         if self._flushing is not None:
-            await asyncio.wait_for(asyncio.shield(self._flushing), timeout)
+            await self.clock.wait_for(asyncio.shield(self._flushing), timeout)
 
     async def _flush(self) -> None:
-        await asyncio.sleep(FEEDBACK_LINGER)
+        await self.clock.sleep(FEEDBACK_LINGER)
         batches, self._feedback = self._feedback, defaultdict(list)
         for partition, queued in batches.items():
             for entries in by_size(queued):

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from confluent_kafka import Message
@@ -22,6 +21,7 @@ from confluent_kafka import Message
 from topics.catalog import Topics
 from topics.kafka import coordinates
 from topics.schemas import SKIPPED_VERSION, Feedback, Job, Page, Rejected, SchemaError
+from workers.api.clock import Clock
 from workers.api.followups import follow_ups, page_headers
 from workers.api.leased import LeasedJob, Outcome
 from workers.api.metrics import WorkerMetrics
@@ -39,7 +39,7 @@ LATE_SUFFIX = "~late"
 class Reporter:
     """Publishes reports through ``publisher`` (set by :meth:`Jobs.start
     <workers.api.jobs.Jobs.start>`; tests set it directly) and counts them: ``fetched`` (an
-    outcome, fetched or failed), ``skipped``, ``returned`` (handed back)."""
+    outcome, fetched or failed), ``skipped``, ``returned`` (handed back); times read on ``clock``."""
 
     def __init__(
         self,
@@ -50,7 +50,9 @@ class Reporter:
         max_body: Callable[[Job], int],
         backoff_codes: BackoffCodes,
         metrics: WorkerMetrics,
+        clock: Clock,
     ) -> None:
+        self.clock = clock
         self.topics = topics
         self.name = name
         self.agent = agent
@@ -91,7 +93,7 @@ class Reporter:
         """Declined without a request: a ``skipped`` page, acknowledged, then the feedback."""
         item = leased.item
         page = Page(v=SKIPPED_VERSION, url=item.url, outcome="skipped", error=reason[:500], meta=item.meta,
-                    fetched_at=time.time(), worker=self.name, crawl=item.crawl)  # fmt: skip
+                    fetched_at=self.clock.now(), worker=self.name, crawl=item.crawl)  # fmt: skip
         if problem := await self.publisher.deliver(self.topics.pages, page, key=item.url.encode()):
             log.error("%s: skipped page not published (%s); no feedback: the lease expires", item.url, problem)
             return
@@ -131,7 +133,7 @@ class Reporter:
             if subs is None and item.sitemap and result.status == 200 and not unchanged:
                 try:  # (parsed off the event loop: up to 50 MB of XML)
                     subs, notes = await asyncio.to_thread(sitemap_follow_ups, item, leased.url, result.body,
-                                                          result.sent_at or time.time())  # fmt: skip
+                                                          result.sent_at or self.clock.now())  # fmt: skip
                 except SitemapError as exc:
                     cut = f" (cut at {len(result.body)} bytes: worker.max_body_bytes)" if result.truncated else ""
                     await self._fail(leased, result, f"sitemap: {exc}{cut}")

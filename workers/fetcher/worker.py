@@ -25,6 +25,7 @@ from topics.kafka import Kafka
 from topics.schemas import DEFAULT_CRAWL
 from workers.api import BlockingJob, Jobs, LeasedJob, Outcome
 from workers.api.builtin import AiohttpFetcher
+from workers.api.clock import SYSTEM, Clock
 
 log = logging.getLogger("worker")
 TIMEOUT_GRACE = 1.0  # seconds a user fetcher may run past the job's timeout before it counts as one
@@ -94,7 +95,8 @@ def load_fetcher(spec: str, cfg: Config) -> Fetcher:
 class FetchWorker:
     """The worker API serving one fetcher; the built-in one takes every job kind itself and checks
     addresses at connect time, a user fetcher takes page jobs (robots.txt is fetched here) and
-    gets the address check before each hand-over."""
+    gets the address check before each hand-over. ``clock``: the worker API's (a job's timeout is
+    kept on it too)."""
 
     def __init__(
         self,
@@ -104,24 +106,26 @@ class FetchWorker:
         kafka: Kafka | None = None,
         fetcher: Fetcher | None = None,
         crawl: str = DEFAULT_CRAWL,
+        clock: Clock = SYSTEM,
     ) -> None:
         self.cfg = cfg
+        self.clock = clock
         concurrency = concurrency or cfg.worker.concurrency
         builtin = fetcher is None
-        self.builtin = AiohttpFetcher(cfg, concurrency)
+        self.builtin = AiohttpFetcher(cfg, concurrency, clock)
         self.fetcher: Fetcher | AiohttpFetcher = self.builtin if fetcher is None else fetcher
         if fetcher is not None and not fetcher.threads:
             fetcher.threads = concurrency
         self.jobs = Jobs(cfg, concurrency=concurrency, name=name, kafka=kafka,
                          kinds=("page", "robots") if builtin else ("page",), check_addresses=not builtin,
-                         internal=self.builtin.fetch, crawl=crawl)  # fmt: skip
+                         internal=self.builtin.fetch, crawl=crawl, clock=clock)  # fmt: skip
         self.jobs.handler = self._fetch
 
     async def _fetch(self, job: LeasedJob) -> Outcome | None:
         if self.fetcher is self.builtin:
             return await self.builtin.fetch(job)  # it keeps the timeout itself
         try:  # a user fetcher gets the job's timeout (and a little more), as the built-in keeps it
-            return await asyncio.wait_for(self.fetcher.fetch(job), job.timeout + TIMEOUT_GRACE)
+            return await self.clock.wait_for(self.fetcher.fetch(job), job.timeout + TIMEOUT_GRACE)
         except TimeoutError:
             if job.reported:
                 return None

@@ -197,7 +197,7 @@ class FrontierScheduler:
         await jobs.close()
         log.info("crawl %r: closed (%s): %d requests sent to the frontier (%d from start requests, %d with "
                  "reports), %d jobs reported, %d handed back", self.crawl, reason, self.submitted + self.followed,
-                 self.submitted, self.followed, self.reported, jobs.returned)  # fmt: skip
+                 self.submitted, self.followed, self.reported, jobs.reporter.returned)  # fmt: skip
         if reason == "finished" and self.followed and self.reported <= self.submitted:
             log.info("crawl %r: none of the %d requests the callbacks sent came back as jobs: seen before, by an "
                      "earlier run of the crawl or another process (a crawl keeps its seen set across runs; "
@@ -374,7 +374,7 @@ class FrontierScheduler:
 
     async def _submit(self, sub: Submission) -> None:
         assert self.jobs is not None
-        problem = await self.jobs.publisher.deliver(self.cfg.topics.urls, sub)
+        problem = await self.jobs.reporter.publisher.deliver(self.cfg.topics.urls, sub)
         if problem:
             self.failed_submissions += 1
             hint = " (are the topics created? crawl-frontier topics create)" if "UNKNOWN_TOPIC" in str(problem) else ""
