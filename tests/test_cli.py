@@ -36,7 +36,7 @@ def test_kafka_up_takes_its_port_from_the_configuration(tmp_path: Path, monkeypa
     """``kafka up --config`` runs the broker the configuration names (a trial user's
     ``bootstrap = "127.0.0.1:9192"`` was ignored: "already running at 127.0.0.1:9092")."""
     from deploy import kafka
-    from frontier.cli import _local_port
+    from frontier.cli.kafka import _local_port
 
     monkeypatch.delenv("CRAWL_KAFKA_PORT", raising=False)
     monkeypatch.delenv("CRAWL_KAFKA_CONTROLLER_PORT", raising=False)

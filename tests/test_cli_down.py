@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from frontier import cli
-from frontier import client as client_module
+from frontier.cli import common as cli
 from frontier.cli import main
 from frontier.client import FrontierClient, SubmitError
+from frontier.client import client as client_module
 from frontier.config import Config
 from tests.fakes import FakeProducer
 from topics.kafka import LIBRDKAFKA_LOG, Kafka, KafkaUnreachable

@@ -17,7 +17,8 @@ from aiohttp import web
 from warcio.archiveiterator import ArchiveIterator
 
 from frontier.archive import WarcFiles
-from frontier.cli import _revisit, submission_value
+from frontier.cli.submit import _revisit
+from frontier.client import submission_value
 from frontier.core import revisit
 from frontier.core.kv import MemoryKV
 from frontier.core.urls import Rejection, parse_input

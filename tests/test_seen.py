@@ -12,7 +12,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from frontier.cli import build_parser, submission_value
+from frontier.cli import build_parser
+from frontier.client import submission_value
 from frontier.core.kv import KV, MemoryKV
 from frontier.core.urls import parse_input, seen_fingerprint
 from frontier.partition import (

@@ -3,6 +3,8 @@ its topics.
 
 - :mod:`~frontier.client.client`: :class:`FrontierClient` (submit URLs, read pages and status,
   steer scopes and crawls; the CLI's commands and the Scrapy add-on use it);
+- :mod:`~frontier.client.submission`: submissions as the command line takes them (pure);
+- :mod:`~frontier.client.done`: when a crawl is finished (``FrontierClient.wait_done``);
 - :mod:`~frontier.client.feed`: a background reader of ``crawl.frontier.status``;
 - :mod:`~frontier.client.status`, :mod:`~frontier.client.crawls`,
   :mod:`~frontier.client.history`: pure views of the status records (no Kafka client).
@@ -17,12 +19,23 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from frontier.client.client import CrawlDone, FrontierClient, SubmitError, read_lines, submission_value
+    from frontier.client.client import FrontierClient, SubmitError
+    from frontier.client.done import CrawlDone
+    from frontier.client.submission import read_lines, submission_value
 
 __all__ = ["CrawlDone", "FrontierClient", "SubmitError", "read_lines", "submission_value"]
 
+# the public names above -> the module of this package that defines each
+_HOMES = {
+    "CrawlDone": "done",
+    "FrontierClient": "client",
+    "SubmitError": "client",
+    "read_lines": "submission",
+    "submission_value": "submission",
+}
+
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
-        return getattr(importlib.import_module("frontier.client.client"), name)
+    if name in _HOMES:
+        return getattr(importlib.import_module(f"frontier.client.{_HOMES[name]}"), name)
     raise AttributeError(f"module 'frontier.client' has no attribute {name!r}")

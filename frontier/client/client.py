@@ -15,20 +15,20 @@ Everything goes through the same topics as the CLI (``crawl.urls``, ``crawl.page
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Generator, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Generator, Iterable
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 from confluent_kafka import KafkaException, Producer
 
-from frontier.client.crawls import busy, crawl_rows
-from frontier.client.feed import caught_up, read_status
+from frontier.client.crawls import crawl_rows
+from frontier.client.done import CrawlDone, wait_done
+from frontier.client.feed import read_status
 from frontier.client.status import LIVE_SECONDS, Overview, overview
+from frontier.client.submission import submission_value
 from frontier.config import Config, load
 from frontier.core.control import control_records
 from topics.kafka import Kafka, KafkaUnreachable
@@ -45,7 +45,7 @@ from topics.schemas import (
     valid_crawl,
 )
 
-__all__ = ["CrawlDone", "FrontierClient", "KafkaUnreachable", "SubmitError", "read_lines", "submission_value"]
+__all__ = ["FrontierClient", "SubmitError"]
 
 DELIVERY_TIMEOUT = 30.0  # a record Kafka has not acknowledged by then has failed (the broker went away)
 CHECK_TIMEOUT = 3.0  # the first use asks the brokers for metadata, this long at most
@@ -53,27 +53,6 @@ CHECK_TIMEOUT = 3.0  # the first use asks the brokers for metadata, this long at
 
 class SubmitError(RuntimeError):
     """Some submissions were not acknowledged by Kafka."""
-
-
-@dataclass(frozen=True)
-class CrawlDone:
-    """What :meth:`FrontierClient.wait_done` found: ``done``, else what is ``left`` (a sentence)
-    and the crawl's last counts (``row``; None when no instance reported)."""
-
-    crawl: str
-    done: bool
-    row: CrawlStatus | None
-    left: str
-
-
-def router_group_of(cfg: Config) -> str:
-    """The routers' consumer group (as ``frontier.service.app.router_group``)."""
-    return f"{cfg.frontier.app_id}-router"
-
-
-def _same(a: CrawlStatus, b: CrawlStatus) -> bool:
-    """Nothing entered or left the crawl between the two views."""
-    return (a.ingested, a.dispatched, a.completed) == (b.ingested, b.dispatched, b.completed)
 
 
 class FrontierClient:
@@ -288,48 +267,7 @@ class FrontierClient:
         (``crawl.urls`` routed, ``crawl.urls.bydomain`` applied) or waiting for a revisit due
         within ``window`` seconds, as every partition's owner reports it. Returns at once a
         :class:`CrawlDone` whose ``done`` is False, with what is left, when ``timeout`` came first."""
-        name = name or self.crawl_name
-        deadline = time.monotonic() + timeout
-        left = "no frontier instance has reported yet"
-        while True:
-            first, why = self._settled(name, window)
-            if first is not None and not why:
-                asked = time.time()
-                # anything submitted (or followed) before now is routed, then applied...
-                drained = caught_up(
-                    self.kafka, router_group_of(self.config), self.topics.urls, self.topics.partitions, deadline
-                ) and caught_up(
-                    self.kafka, self.config.frontier.app_id, self.topics.bydomain, self.topics.partitions, deadline
-                )
-                # ...and a snapshot taken since then still shows nothing, and nothing new
-                after, why = self._settled(name, window, since=asked, deadline=deadline) if drained else (None, "")
-                if after is not None and not why and _same(first, after):
-                    return CrawlDone(name, True, after, "")
-                left = why or ("input still on its way" if not drained else "it moved meanwhile")
-            elif why:
-                left = why
-            if time.monotonic() >= deadline:
-                return CrawlDone(name, False, first, left)
-            time.sleep(0.5)
-
-    def _settled(
-        self, name: str, window: float, since: float = 0.0, deadline: float | None = None
-    ) -> tuple[CrawlStatus | None, str]:
-        """The crawl's row from snapshots that cover every partition (taken after ``since``, waited
-        for until ``deadline``) and what keeps it from being done; (None, why) without such a view."""
-        while True:
-            statuses = self.statuses()
-            covered = sorted(p for s in statuses for p in s.partitions)
-            fresh = bool(statuses) and all(s.at > since for s in statuses)
-            if covered == list(range(self.topics.partitions)) and fresh:
-                row = next((r for r in crawl_rows(statuses) if r.crawl == name), None)
-                if row is None and any(s.crawls_cut for s in statuses):
-                    return None, "not in the status snapshots (too many crawls reported)"
-                return row or CrawlStatus(crawl=name), busy(row, time.time(), window)
-            if deadline is None or time.monotonic() >= deadline:
-                missing = self.topics.partitions - len(set(covered))
-                return None, f"{missing} partition(s) not reported by a live instance" if missing else "waiting"
-            time.sleep(0.3)
+        return wait_done(self, name or self.crawl_name, timeout, window)
 
     def pause_crawl(self, name: str) -> None:
         """Hold the crawl's jobs (its URLs stay queued) until :meth:`resume_crawl`; other crawls go on."""
@@ -383,44 +321,3 @@ class FrontierClient:
 
     def __exit__(self, typ: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
-
-
-def read_lines(fh: IO[bytes]) -> Iterator[bytes]:
-    """The submissions in a file: one per line, blank lines and ``#`` comments skipped."""
-    for line in fh:
-        line = line.strip()
-        if line and not line.startswith(b"#"):
-            yield line
-
-
-def submission_value(
-    line: bytes, *, follow: int = 0, recrawl: bool = False, forget: bool = False, crawl: str = DEFAULT_CRAWL,
-    revisit: float | str | list[float] = 0.0, sitemap: bool = False, discover_sitemaps: bool = False,
-) -> bytes:  # fmt: skip
-    """The ``crawl.urls`` record for one URL or JSON submission given on the command line or in a
-    file, with the options added. ``follow``, ``revisit``, ``sitemap`` and ``discover_sitemaps``
-    apply to bare URLs only (a JSON submission says its own); ``recrawl`` and ``forget`` apply to
-    every line, JSON objects included, so a forget never goes out as a plain submission; ``crawl``
-    to every line that does not name its own. A line that is not a JSON object goes as a URL (the
-    router rejects what is not one, with the reason)."""
-    flags: dict[str, Any] = {name: True for name, on in (("recrawl", recrawl), ("forget", forget)) if on}
-    named = {"crawl": crawl} if crawl != DEFAULT_CRAWL else {}
-    if line.startswith(b"{"):
-        if not flags and not named:
-            return line
-        try:
-            obj = json.loads(line)
-        except ValueError:
-            return line  # not JSON: the router rejects it
-        return json.dumps({**named, **obj, **flags}).encode() if isinstance(obj, dict) else line
-    extra: dict[str, Any] = {"follow": follow} if follow else {}
-    if revisit:
-        extra["revisit"] = revisit
-    if sitemap:
-        extra["sitemap"] = True
-    if discover_sitemaps:
-        extra["discover_sitemaps"] = True
-    extra.update(named)
-    if not flags and not extra:
-        return line
-    return json.dumps({"url": line.decode(errors="replace"), **extra, **flags}).encode()
