@@ -14,11 +14,9 @@ never holds a job whose lease a takeover would not know; and a report lease is d
 its page committed. Each partition records how far it applied each input, in the same
 transaction, so input delivered again after a rebalance is applied once.
 
-A URLFrontier gateway's reading questions (counts, stats, pages of URLs or queue keys) are walks
-(:class:`~frontier.partition.recorded.Walk`) answered a slice at a time: the first slice when the
-question comes, the others one per turn of the event loop, so dispatch and input go on between
-them and no question holds the loop longer than a slice (``SLICE_SECONDS``). A probe measures how
-long the loop is held (:mod:`frontier.observability.loop`, the ``crawl_frontier_loop_*`` metrics).
+A URLFrontier gateway's questions are answered by :mod:`frontier.service.questions` (a reading
+question a slice per turn of the event loop). A probe measures how long the loop is held
+(:mod:`frontier.observability.loop`, the ``crawl_frontier_loop_*`` metrics).
 """
 
 from __future__ import annotations
@@ -30,10 +28,8 @@ import socket
 import time
 from collections import defaultdict, deque
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from frontier.config import Config
-from frontier.core.kv import CursorClosed
 from frontier.intake.router import Router
 from frontier.observability.loop import LoopProbe
 from frontier.observability.metrics import FrontierMetrics
@@ -42,22 +38,19 @@ from frontier.observability.watch import (
     watch_scope,
 )
 from frontier.partition import Dispatch, Refused
-from frontier.partition.recorded import Budget, Walk
 from frontier.service.crawls import CrawlDirectory
+from frontier.service.inputs import CONTROL, FEEDBACK, URLS, input_offset
 from frontier.service.lifecycle import Lifecycle
 from frontier.service.owned import Ackable, _ack_all, _Owned
+from frontier.service.questions import Questions, _Walking
 from frontier.service.reporting import Reporting
 from frontier.service.standby import Standby
 from topics.kafka import AsyncProducer, Kafka
-from topics.partitioning import partition_for
 from topics.schemas import (
-    CHANGING_KINDS,
     ControlCommand,
     EncodedUrlBatch,
     FeedbackBatch,
-    Query,
     Rejected,
-    Reply,
     SchemaError,
     UrlItem,
     decode,
@@ -66,27 +59,8 @@ from topics.schemas import (
 
 log = logging.getLogger("frontier")
 
-URLS, FEEDBACK, CONTROL = "u", "f", "c"  # the input topics, as the partition records how far each is applied
-MAX_WALKS = 256  # reading questions being answered at once at most (each holds its cursors); past it: refused
 
-
-def input_offset(event: Ackable) -> int | None:
-    """The offset of the input record behind ``event`` (None: not known, e.g. a test's event)."""
-    offset = getattr(getattr(event, "message", None), "offset", None)
-    return offset if isinstance(offset, int) else None
-
-
-@dataclass
-class _Walking:
-    """A reading question being answered, a slice at a time."""
-
-    p: int
-    owned: _Owned  # the partition as it was when the question came (another one: the walk is given up)
-    query: Query
-    walk: Walk
-
-
-class FrontierService(Reporting, Lifecycle):
+class FrontierService(Reporting, Lifecycle, Questions):
     def __init__(self, cfg: Config, clock: Callable[[], float] = time.time, kafka: Kafka | None = None) -> None:
         self.cfg = cfg
         self.topics = cfg.topics
@@ -296,88 +270,9 @@ class FrontierService(Reporting, Lifecycle):
         self._mark(p, owned, (event,))
         self._wake.set()
 
-    async def _answer(self, p: int, query: Query, event: Ackable) -> None:
-        """A URLFrontier gateway's question, answered from this partition on crawl.replies (keyed
-        by the gateway). A change (a deletion, a hold) is applied once and answered once it committed; a record
-        delivered again after it was applied gets no second answer (its asker has given up)."""
-        owned = await self._partition(p)
-        if owned is None:
-            return
-        if query.kind not in CHANGING_KINDS:
-            self._walk(p, owned, query)
-            event.ack()
-            return
-        await owned.writer.room()
-        if self._applied_before(owned, CONTROL, event):
-            return
-        reply = owned.frontier.change(query, self.clock())
-        if query.kind != "hold":  # a deletion or a purge
-            log.info("query %s crawl %r key %r: %d removed (partition %d)", query.kind, query.crawl, query.key[:100],
-                     reply.counts.get("removed", 0), p)  # fmt: skip
-        self._note(owned, CONTROL, event)
-        self._mark(p, owned, (event,), then=lambda: self._reply(encode(reply), query))
-        self._wake.set()
-
-    def _walk(self, p: int, owned: _Owned, query: Query) -> None:
-        """A reading question: its first slice now, the others one per turn of the loop (answered
-        in turn with the other questions), its answer sent once complete."""
-        walk = owned.frontier.walk(query, self.clock())
-        if walk.step(Budget(self.slice_clock)):
-            self._reply(walk.encoded(), query)
-            return
-        if len(self._walks) >= MAX_WALKS:
-            walk.close()
-            busy = f"busy: {MAX_WALKS} questions are being answered, ask again later"
-            self._reply(encode(Reply(id=query.id, partition=p, error=busy)), query)
-            return
-        self._walks.append(_Walking(p, owned, query, walk))
-        if self._walker is None:
-            self._walker = asyncio.ensure_future(self._walk_on())
-
-    async def _walk_on(self) -> None:
-        """One slice of each question in turn, a turn of the event loop between two slices."""
-        try:
-            while self._walks:
-                await asyncio.sleep(0)  # dispatch, input and the other callbacks ready go first
-                if not self._walks:
-                    break
-                walking = self._walks.popleft()
-                if self._owned.get(walking.p) is not walking.owned:  # the partition moved: its asker times out
-                    walking.walk.close()
-                    continue
-                try:
-                    done = walking.walk.step(Budget(self.slice_clock))
-                except CursorClosed:  # its store closed (the partition moved)
-                    continue
-                except Exception as exc:  # one question failing must not stop the others
-                    log.exception("query %s of partition %d failed", walking.query.kind, walking.p)
-                    error = f"{type(exc).__name__}: {exc}"[:500]
-                    self._reply(encode(Reply(id=walking.query.id, partition=walking.p, error=error)), walking.query)
-                    continue
-                if done:
-                    self._reply(walking.walk.encoded(), walking.query)
-                else:
-                    self._walks.append(walking)
-        finally:
-            self._walker = None
-
     def _loop_sampled(self, late: float, busy: float) -> None:
         self.metrics.loop_late.observe(late)
         self.metrics.loop_busy.observe(busy)
-
-    def _reply(self, reply: bytes, query: Query) -> None:
-        """Send an encoded :class:`Reply` to the gateway that asked."""
-        task = asyncio.ensure_future(self._send_reply(reply, query))
-        self._replies.add(task)  # kept until sent
-        task.add_done_callback(self._replies.discard)
-
-    async def _send_reply(self, reply: bytes, query: Query) -> None:
-        """A reply that cannot be sent is logged, never fatal: its asker times out and says so."""
-        try:
-            await self.producer.send(self.topics.replies, reply, key=query.reply_to.encode(),
-                                     partition=partition_for(query.reply_to, self.topics.partitions))  # fmt: skip
-        except Exception as exc:  # noqa: BLE001 - an answer lost must not stop the frontier
-            log.warning("reply to %s (%s) not sent: %s", query.reply_to[:100], query.kind, exc)
 
     async def dead_letter(self, topic: str, partition: int, offset: int, raw: bytes | None, exc: Exception) -> None:
         """Put an undecodable record on ``crawl.rejected`` with the reason (never silently dropped)."""
