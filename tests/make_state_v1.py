@@ -143,8 +143,8 @@ def build() -> tuple[PartitionFrontier, MemoryKV, Log, dict[str, Any]]:
     settings, throttle = FrontierConfig(), ThrottleConfig()  # the shipped defaults: robots_obey is on
     assert settings.robots_obey
     f = PartitionFrontier(PARTITION, kv, settings, throttle, log, user_agent=USER_AGENT, rng=random.Random(SEED))
-    f._lease_prefix = LEASE_PREFIX  # os.urandom otherwise: lease ids would differ per run
-    f._sweep_slice = 0  # no sweep runs here; fixed anyway
+    f.lease_ids.prefix = LEASE_PREFIX  # os.urandom otherwise: lease ids would differ per run
+    f.seen._sweep_slice = 0  # no sweep runs here; fixed anyway
     steps: list[str] = []
 
     # t+0: one crawl.urls batch, through the service's path (items encoded by the router, stored as they are)

@@ -69,22 +69,22 @@ def test_a_million_gated_hosts_keep_the_partition_and_service_maps_bounded() -> 
         f.feedback(Feedback(lease="gone", host=host, domain=host, url=f"http://{host}/", outcome="fetched",
                             status=429, sent_at=now[0], headers={"retry-after": "3600"}), now[0])  # fmt: skip
     assert kv.puts >= HOSTS  # every host's state was written: the hosts really went through
-    assert len(f._states) == scopes_module.STATE_CACHE
-    assert not f._waiters and not f._leases and not f._queued and len(f._scheduler) == 0
+    assert len(f.scopes._states) == scopes_module.STATE_CACHE
+    assert not f.queues.waiters and not f.leases._deadlines and not f.queues._queued and len(f.queues.scheduler) == 0
     assert len(svc._gates) == MAX_GATE_GAUGE
     assert svc.metric_totals()["gates_active"] == MAX_GATE_GAUGE  # saturated: every gate is still open
     # an evicted host reads its state back from the store: its gate is still there
     evicted = f"h{SAMPLE}.test"
-    assert evicted not in f._states
-    assert f._state(evicted).gate_until > now[0] + 3000
+    assert evicted not in f.scopes._states
+    assert f.scopes.state(evicted).gate_until > now[0] + 3000
     # once the gates have ended, the next reading (a status snapshot or a scrape) empties the map
     now[0] += 3700.0
     assert svc.metric_totals()["gates_active"] == 0 and svc._gates == {}
 
     # robots.txt rules: a million origins through the LRU, the latest ones served from memory
     for i in range(HOSTS):
-        rules = f._robots(f"http://h{i}.test", 1.0)
+        rules = f.robots.rules(f"http://h{i}.test", 1.0)
         assert rules is not None
-    assert len(f._rules) == robots_module.ROBOTS_CACHE
-    assert f"http://h{HOSTS - 1}.test" in f._rules and "http://h0.test" not in f._rules
+    assert len(f.robots._rules) == robots_module.ROBOTS_CACHE
+    assert f"http://h{HOSTS - 1}.test" in f.robots._rules and "http://h0.test" not in f.robots._rules
     assert rules is not None and not rules.allowed(f"http://h{HOSTS - 1}.test/private")

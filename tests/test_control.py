@@ -164,7 +164,7 @@ def test_overrides_found_by_suffix_match_the_covers_rule(
         expected = o.delay if o.delay is not None else expected
     assert f.scope_settings(target).delay == expected
     paused = [n for n, o in covering if o.paused]
-    assert (f._paused_by([target]) is not None) == bool(paused)
+    assert (f.scopes.paused_by([target]) is not None) == bool(paused)
 
 
 def test_overrides_are_bounded_per_partition_and_refused_beyond(monkeypatch: pytest.MonkeyPatch) -> None:

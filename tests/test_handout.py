@@ -134,10 +134,10 @@ def test_the_slot_of_a_held_url_is_released_once() -> None:
     at, b = got  # b's lease lasts to at + 30 + 20 + 10
     assert not f.dispatch(at + 0.1).jobs, "a second URL out beside the first one's successor"
     f.expire_leases(T0 + 61)  # a's hold ends: queued again, its slot not freed twice
-    assert f._state(a.item.host).inflight == 1  # b's
+    assert f.scopes.state(a.item.host).inflight == 1  # b's
     assert not f.dispatch(T0 + 61).jobs, "a host of concurrency 1 with two URLs out"
     assert report(f, b, T0 + 62, T0 + 62)
-    assert f._state(b.item.host).inflight == 0
+    assert f.scopes.state(b.item.host).inflight == 0
     got = next_job(f, T0 + 62, T0 + 70)
     assert got is not None and got[0] == T0 + 62 + DELAY
 
@@ -153,7 +153,7 @@ def test_an_update_after_the_deadline_is_a_late_result_its_send_time_still_count
     at, b = next_job(f, T0, T0 + 60) or (0.0, a)
     assert at == T0 + FETCH_TIMEOUT + DELAY
     assert report(f, a, at + 1, at + 1)  # a's update, late: sent as late as it came
-    host = f._state(a.item.host)
+    host = f.scopes.state(a.item.host)
     assert host.inflight == 1, "the late update freed the slot b holds"
     assert host.last_sent >= at + 1
     assert report(f, b, at + 1.5, at)
@@ -170,7 +170,7 @@ def test_a_client_reports_in_time_nothing_changes() -> None:
     got = next_job(f, T0 + 0.3, T0 + 10)
     assert got is not None and got[0] == T0 + 0.3 + DELAY
     f.expire_leases(T0 + FETCH_TIMEOUT + 1)  # the deadline of a lease already closed: nothing
-    assert f._state(a.item.host).inflight == 1  # the next URL's
+    assert f.scopes.state(a.item.host).inflight == 1  # the next URL's
 
 
 def test_the_deadline_survives_a_restore_of_the_partition() -> None:
@@ -189,7 +189,7 @@ def test_the_deadline_survives_a_restore_of_the_partition() -> None:
     h = make(kv)  # and again, released
     h.rebuild(T0 + 30)
     h.expire_leases(T0 + 61)
-    assert h._state(a.item.host).inflight == 1, "released at the deadline and again at the hold's end"
+    assert h.scopes.state(a.item.host).inflight == 1, "released at the deadline and again at the hold's end"
 
 
 def test_a_deleted_queue_frees_a_released_slot_once() -> None:
@@ -200,9 +200,9 @@ def test_a_deleted_queue_frees_a_released_slot_once() -> None:
     at, b = next_job(f, T0, T0 + 60) or (0.0, a)
     assert b.item.url != a.item.url
     f.change(Query(id="d", reply_to="g", kind="delete_queue", key="a.test"), at + 1)
-    assert f._state(a.item.host).inflight == 0
+    assert f.scopes.state(a.item.host).inflight == 0
     f.expire_leases(T0 + HOLD + 1)
-    assert f._state(a.item.host).inflight == 0
+    assert f.scopes.state(a.item.host).inflight == 0
 
 
 def test_a_job_read_again_by_a_restarted_gateway_is_not_handed_out_twice() -> None:

@@ -286,4 +286,4 @@ def test_a_jobs_min_gap_is_the_gap_its_send_was_timed_with(kv: KV) -> None:
     f.ingest(items("http://a.test/1", "http://a.test/2"), 0.0)
     [job] = f.dispatch(0.0).jobs
     assert job.min_gap == 3.0, job.min_gap
-    assert f._state("a.test").bud_test_left == 0  # the test ended with this send: the next gap is the backoff's
+    assert f.scopes.state("a.test").bud_test_left == 0  # the test ended with this send: the next gap is the backoff's

@@ -99,11 +99,11 @@ def test_an_agent_delay_is_applied_again_when_the_rules_are_fetched_again() -> N
     [robots] = f.dispatch(0.0).jobs
     robots_fed(f, robots, 0.1)
     f.dispatch(1.2)
-    assert "bookshop-bot" in f._agent_delays["http://shop.test"]
+    assert "bookshop-bot" in f.robots._agent_delays["http://shop.test"]
     i = robots.item
     again = Feedback(lease="again", host=i.host, domain=i.domain, url=i.url, outcome="fetched", status=200, body=ROBOTS)
-    f._store_robots("http://shop.test", i, again, 2.0)  # stored again (a refetch): the memo goes with it
-    assert "http://shop.test" not in f._agent_delays
+    f.robots.store("http://shop.test", i, again, 2.0)  # stored again (a refetch): the memo goes with it
+    assert "http://shop.test" not in f.robots._agent_delays
 
 
 def test_the_product_token_of_a_browser_like_user_agent_is_the_bots() -> None:

@@ -360,11 +360,11 @@ async def test_feedback_delivered_again_counts_once() -> None:
                   sent_at=1000.0, done_at=1000.1, headers={"retry-after": "30"})  # fmt: skip
     await svc.handle_feedback(0, FeedbackBatch(items=[fb]), OffsetEvent(10))
     await settle(svc)
-    once = (f._state("a.test"), msgspec.structs.asdict(f.stats))
+    once = (f.scopes.state("a.test"), msgspec.structs.asdict(f.stats))
     again = OffsetEvent(10)
     await svc.handle_feedback(0, FeedbackBatch(items=[fb]), again)
     await settle(svc)
-    assert again.acked and (f._state("a.test"), msgspec.structs.asdict(f.stats)) == once
+    assert again.acked and (f.scopes.state("a.test"), msgspec.structs.asdict(f.stats)) == once
     assert (svc.topics.state, b"If", b"10") in rec.sent  # committed with the feedback's effects
     newer = OffsetEvent(11)
     await svc.handle_feedback(0, FeedbackBatch(items=[fb]), newer)  # a later record is applied (late here)

@@ -193,7 +193,7 @@ def test_a_lease_coming_back_to_a_place_taken_meanwhile_moves_and_loses_nothing(
     raw = f.kv.get(lease_key(job.lease))
     assert raw is not None
     place = lease_dec.decode(raw).qkey
-    f._due_low -= 2  # the next due-time key of that millisecond is the one the leased URL had
+    f.queues._due_low -= 2  # the next due-time key of that millisecond is the one the leased URL had
     f.ingest([item("http://a.test/2", refetch=T0 - 5)], T0 + 0.1)
     f.dispatch(T0 + 0.1)  # moves /2 into the queue (the key's slot is out)
     taken = f.kv.get(place)
@@ -217,11 +217,11 @@ def test_a_crowded_due_millisecond_after_a_restart_overwrites_no_queued_url() ->
     f = make(kv)
     f.ingest([item("http://a.test/put")], T0)  # its place: T0's millisecond (an even sequence)
     f.ingest([item(f"http://a.test/r{n}", refetch=T0) for n in range(70)], T0)
-    f._requeue_revisits(T0)  # due now: queued, by their due time
+    f.revisits.requeue(T0)  # due now: queued, by their due time
     again = make(kv)  # restored from the same store: its sequences start from 0
     again.rebuild(T0 + 1)
     again.ingest([item(f"http://a.test/s{n}", refetch=T0) for n in range(70)], T0 + 1)
-    again._requeue_revisits(T0 + 1)
+    again.revisits.requeue(T0 + 1)
     urls = queued_urls(again)
     assert len(urls) == len(set(urls)) == 141, f"{141 - len(set(urls))} queued URLs overwritten"
     assert again.queued() == 141

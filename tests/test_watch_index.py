@@ -41,22 +41,22 @@ def item(host: str, n: int, names: list[str]) -> UrlItem:
 
 def old_scan(f: PartitionFrontier, scope: str) -> tuple[int, str]:
     """What scope_row counted before the index: every queue id scanned."""
-    mine = [(n, q) for q, n in f._queued.items() if scope in queue_scopes(q)]
+    mine = [(n, q) for q, n in f.queues._queued.items() if scope in queue_scopes(q)]
     return sum(n for n, _ in mine), max(mine)[1] if mine else ""
 
 
 def every_scope(f: PartitionFrontier) -> set[str]:
-    scopes = {s for q in f._queued for s in queue_scopes(q)} | set(HOSTS)
+    scopes = {s for q in f.queues._queued for s in queue_scopes(q)} | set(HOSTS)
     return scopes | {f"{d}#{n}" for d in ("dom.test", "other.test") for n in NAMES}
 
 
 def check(f: PartitionFrontier, now: float) -> None:
     expected: dict[str, set[str]] = {}
-    for qid in f._queued:
+    for qid in f.queues._queued:
         if is_multi(qid):
             for scope in queue_scopes(qid):
                 expected.setdefault(scope, set()).add(qid)
-    assert f._multi == expected  # the index is exactly the multi-scope queue ids, no stale entry
+    assert f.queues._multi == expected  # the index is exactly the multi-scope queue ids, no stale entry
     for scope in every_scope(f):
         queued, qid = old_scan(f, scope)
         row = f.scope_row(scope, now)
@@ -134,9 +134,9 @@ def test_scope_row_costs_its_own_queues_not_all_queues() -> None:
     batch += [item("a.dom.test", n, names) for n, names in enumerate(([], ["api"], ["img"], ["api", "img"]))]
     batch += [item("a.dom.test", n, ["api"]) for n in range(4, 7)]  # more URLs, same queue
     f.ingest(batch, 0.0)
-    assert len(f._queued) == 10_000 + 4
-    counts = NoScan(f._queued)
-    f._queued = counts
+    assert len(f.queues._queued) == 10_000 + 4
+    counts = NoScan(f.queues._queued)
+    f.queues._queued = counts
     NoScan.lookups = 0
     row = f.scope_row("a.dom.test", 1.0)
     assert row.queued == 7

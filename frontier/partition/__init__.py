@@ -6,20 +6,47 @@ handed to ``changelog(key, value_or_None)`` so that another instance can rebuild
 Time is always passed in; nothing here reads the clock or talks to Kafka.
 
 May import: ``frontier.core``, ``frontier.config``, ``frontier.core.urls``, ``topics.schemas``
-(checked by ``tests/test_layout.py``). Its modules, each a mixin over the fields of ``base.py``:
+(checked by ``tests/test_layout.py``).
+
+``PartitionFrontier`` owns its parts, each an object over the one store with a small interface
+(its module's doc says it, what the part owns and what it is given). A part that needs another
+is given it when made: the arrows below go one way, no cycles, and no part reads or writes
+another's fields. Why these parts: each owns one family of keys or one in-memory index and is
+the only code that changes it (the seen set its ``S`` keys, the queues their ``Q`` keys, counts,
+schedule and indexes, the leases their ``L`` keys and deadlines...), so what a part does can be
+learnt, and tested on a ``MemoryKV``, from its module alone.
 
 - ``keys.py``        the key layout (every prefix, the META markers), key builders and parsers,
                      and ``QueueId`` (the one place a queue id is joined or split)
 - ``records.py``     stored records (``Lease``, ``Stats``) and results (``Dispatch``, ``Report``, ``Sweep``)
-- ``base.py``        the fields, the in-memory indexes, and the write path (store + changelog)
-- ``seen.py``        the seen set: values, lifecycle (open, done, revisit), the sweep, forget
-- ``queues.py``      queues: enqueue, the scope index of multi-scope queues, an operator's drop
-- ``scopes.py``      scopes of a URL, settings and overrides, the state cache, ``_apply``/``_decide``
-- ``robots.py``      robots.txt answers: cache, refetch and retry times, redirects, failures
-- ``revisits.py``    fetched URLs waiting for their revisit
-- ``leases.py``      leases: dispatch's lease, feedback, expiry, report leases
-- ``visibility.py``  status rows: why a scope is not dispatching
-- ``frontier.py``    ``PartitionFrontier``: ingest, dispatch, rebuild; the write ordering
+- ``store.py``       ``Store``: the KV and the changelog, the one write path (``put``, ``delete``)
+- ``crawls.py``      ``Crawls``: the crawls' records (``K``), which crawls wait          ← store
+- ``seen.py``        ``SeenSet``: the seen set (``S``), its lifecycle, the sweep       ← crawls
+- ``queues.py``      ``Queues``: the queues (``Q``), counts, scheduler, scope index, turns
+                     between crawls, parked queues, ``Waiters``                          ← crawls
+- ``scopes.py``      ``Scopes``: scopes of a URL, settings, overrides (``O``), policy
+                     states (``H``), ``apply``/``decide``                             ← waiters
+- ``robots.py``      ``RobotsCache``: robots.txt answers (``R``), refetch, redirects    ← scopes
+- ``revisits.py``    ``Revisits``: fetched URLs waiting for their revisit (``V``)
+                                                          ← crawls, seen, queues, scopes
+- ``recorded.py``    ``Recorded``: a URLFrontier client's recorded URLs (``U``) as the
+                     dispatch and results see them; ``Walk``/``Budget``  ← crawls, seen, revisits
+- ``reports.py``     ``LeaseIds``; ``Reports``: report leases, URLs that end without a fetch
+                                                                         ← seen, crawls
+- ``leases.py``      ``Leases``: jobs in flight (``L``), feedback, expiry, a client's holds
+                                     ← crawls, seen, queues, scopes, robots, revisits,
+                                       recorded, reports
+- ``commands.py``    ``Commands``: operators' scope and crawl commands (drops)
+                                     ← crawls, seen, queues, scopes, revisits
+- ``listing.py``     ``Listing``: the gateway's questions and deletions
+                                     ← crawls, seen, queues, leases, commands
+- ``visibility.py``  ``Visibility``: status rows of scopes and crawls (reading only)
+                                     ← crawls, queues, scopes, robots, revisits, leases
+- ``dispatch.py``    ``Dispatcher``: the dispatch loop (the hot path)
+                                     ← crawls, queues, scopes, robots, revisits, recorded,
+                                       reports, leases
+- ``frontier.py``    ``PartitionFrontier``: makes and wires the parts; ``ingest``, ``rebuild``,
+                     the inputs' offsets, the counters' save, and the public interface
 """
 
 from frontier.partition.frontier import PartitionFrontier

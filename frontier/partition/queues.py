@@ -1,19 +1,38 @@
-"""The queues: one per set of scopes, its entries in the store (``Q<queue>\\x00<prio><seq>``),
-its count in ``_queued``, its due time in the scheduler, and the index of multi-scope queues by
-scope (``_multi``). Entering and leaving a queue goes through here, and an operator's drop.
+"""The queues, as the part :class:`Queues`: one queue per set of scopes (and crawl), its entries
+in the store (``Q<queue>\\x00<prio><seq>``), its count, its due time in the scheduler, the index
+of multi-scope queues by scope, the crawls' groups of queues of the same scopes (whose turns are
+shared out), the queues put aside while their crawl waits, and the queues waiting for a scope's
+free slot (:class:`Waiters`).
 
 Scopes: a job belongs to its host's scope, to its registrable domain's scope when that domain
 has settings of its own, and to any named scopes it was submitted with (``"api"``, qualified by
 the registrable domain, since scopes live in the domain's partition). Jobs with the same set of
 scopes share one queue, so a job waiting for a slow scope never holds up one that is not in it.
+
+Interface: ``qkey``/``qkey_due`` (a new entry's place), ``enqueue``/``enqueue_back``,
+``dequeued``, ``forget`` (a queue leaves), ``index``, ``choose``/``took_turn`` (turns between
+crawls), ``park``/``unpark``, ``wake_covered``, ``remove_if``, ``emptied``, ``forget_crawl``,
+the counts (``count``, ``of_crawl``, ``of_scope``, ``largest``, ``queued_in``, ``crawl_queued``),
+``load``. ``scheduler`` and ``groups`` are read by the dispatch loop (its hot path), ``waiters``
+is handed to ``Scopes`` (a full scope registers its waiting queues). Depends on: the store and
+``Crawls`` (whether a crawl waits).
 """
 
 from __future__ import annotations
 
+import heapq
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from operator import itemgetter
+
 from frontier.core.control import covers
+from frontier.core.scheduler import Scheduler
+from frontier.partition.crawls import Crawls
 from frontier.partition.keys import (
     CRAWL_SEP,
+    QUEUE,
     QueueId,
+    entry_priority,
     is_multi,
     queue_base,
     queue_crawl,
@@ -24,76 +43,119 @@ from frontier.partition.keys import (
     queue_seq,
 )
 from frontier.partition.records import encoder, item_dec
-from frontier.partition.seen import SeenSet
-from topics.schemas import UrlItem
+from frontier.partition.store import Store
+from topics.schemas import DEFAULT_CRAWL, UrlItem
 
 _LOW = 2**20 - 1  # the sequence's bits under the millisecond
 _TRIES = 64  # free due-time places looked for in one millisecond before a key goes to the tail
 
 
-class Queues(SeenSet):
-    def _qkey(self, qid: QueueId, item: UrlItem, now: float) -> bytes:
+class Waiters:
+    """Queues waiting for a key's next free slot: a scope, or ``robots:<origin>`` (its robots.txt
+    lease). A host's own queue needs no entry: every lease that closes on a host reschedules that
+    host's queue (``Leases.wake_scopes``)."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._scheduler = scheduler
+        self._waiting: dict[str, set[QueueId]] = defaultdict(set)
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def add(self, key: str, qid: QueueId) -> None:
+        self._waiting[key].add(qid)
+
+    def wake(self, key: str, now: float) -> None:
+        """The key has a slot free: its waiting queues are due now."""
+        for qid in self._waiting.pop(key, ()):
+            self._scheduler.schedule(qid, now)
+
+
+class Queues:
+    """Every queue of one partition: entries, counts, schedule, indexes."""
+
+    def __init__(self, store: Store, crawls: Crawls) -> None:
+        self._store = store
+        self._kv = store.kv
+        self._crawls = crawls
+        self.scheduler = Scheduler()  # queue ids by due time
+        self.waiters = Waiters(self.scheduler)
+        self._queued: Counter[QueueId] = Counter()  # queue id → URLs queued
+        self._crawl_queued: Counter[str] = Counter()  # crawl → URLs queued
+        # scope → the multi-scope queue ids in _queued that contain it, so that a watched scope's
+        # row costs O(its queues); a single-scope queue is _queued[scope] itself
+        self._multi: dict[str, set[QueueId]] = {}
+        self.groups: dict[QueueId, set[QueueId]] = {}  # default crawl's queue id → other crawls' queues of its scopes
+        self._served: dict[QueueId, int] = {}  # queue → the turn it was last chosen at (round robin)
+        self._turn = 0
+        self._parked: dict[str, set[QueueId]] = defaultdict(set)  # waiting crawl → its queues put aside
+        self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see qkey
+        self._due_low = 0  # where the next due-time key looks for a free place (qkey_due)
+
+    # -- places -----------------------------------------------------------------------------------
+    def qkey(self, qid: QueueId, item: UrlItem, now: float) -> bytes:
         # FIFO within a priority: the sequence is milliseconds since the epoch times 2**20, plus
         # a counter. It never goes back within a process, survives restarts (the clock moved on),
         # and stays within 64 bits until the year 2500 (no wrap that would flip the order). It is
-        # even: odd sequences are the due-time keys (_qkey_due), so the two never meet.
+        # even: odd sequences are the due-time keys (qkey_due), so the two never meet.
         self._seq = max(self._seq + 2, int(max(0.0, now) * 1000) << 20) & ~1
         return queue_key(qid, item.priority, self._seq)
 
-    def _qkey_due(self, qid: QueueId, item: UrlItem, due: float) -> bytes:
+    def qkey_due(self, qid: QueueId, item: UrlItem, due: float) -> bytes:
         """A key that sorts ``item`` by the time it became due (a revisit, a client's known URL):
         before the URLs queued since, after those queued before. Its sequence is the due
         millisecond times 2**20 plus an odd number not in use there (queued: looked up; leased:
-        a lease coming back to a place taken meanwhile moves, :meth:`_enqueue_back`)."""
+        a lease coming back to a place taken meanwhile moves, :meth:`enqueue_back`)."""
         base = int(max(0.0, due) * 1000) << 20
         for _ in range(_TRIES):
             self._due_low = (self._due_low + 2) & _LOW
             qkey = queue_key(qid, item.priority, base | self._due_low | 1)
-            if self.kv.get(qkey) is None:
+            if self._kv.get(qkey) is None:
                 return qkey
         # that millisecond is crowded: after everything queued, at a place not in use (after a
         # restart the monotonic sequence may start at a millisecond some entries already have)
-        qkey = self._qkey(qid, item, due)
-        while self.kv.get(qkey) is not None:
-            qkey = self._qkey(qid, item, due)
+        qkey = self.qkey(qid, item, due)
+        while self._kv.get(qkey) is not None:
+            qkey = self.qkey(qid, item, due)
         return qkey
 
-    def _enqueue_back(self, qkey: bytes, item: UrlItem, now: float) -> None:
+    # -- entering and leaving ---------------------------------------------------------------------
+    def enqueue_back(self, qkey: bytes, item: UrlItem, now: float) -> None:
         """A leased URL back at the place it had (its order kept), or at a free place in the
         same millisecond when another key took that place while it was out (a due-time key; or,
         after a restart or a takeover by an instance whose clock is behind, a monotonic one)."""
-        if self.kv.get(qkey) is not None:
-            qkey = self._qkey_due(queue_of(qkey), item, (queue_seq(qkey) >> 20) / 1000)
-        self._enqueue(qkey, item, now)
+        if self._kv.get(qkey) is not None:
+            qkey = self.qkey_due(queue_of(qkey), item, (queue_seq(qkey) >> 20) / 1000)
+        self.enqueue(qkey, item, now)
 
-    def _enqueue(self, qkey: bytes, item: UrlItem, now: float, raw: bytes | None = None) -> None:
+    def enqueue(self, qkey: bytes, item: UrlItem, now: float, raw: bytes | None = None) -> None:
         """Queue ``item`` at ``qkey``; ``raw``: its encoding when the caller has it."""
         qid = queue_of(qkey)
-        self._put(qkey, encoder.encode(item) if raw is None else raw)
+        self._store.put(qkey, encoder.encode(item) if raw is None else raw)
         if is_multi(qid) and qid not in self._queued:
-            self._index_queue(qid)
+            self.index(qid)
         self._queued[qid] += 1
         self._crawl_queued[item.crawl] += 1
-        if self._waits(item.crawl):
+        if self._crawls.waits(item.crawl):
             self._parked[item.crawl].add(qid)  # waits for its crawl's resume, or a worker
         else:
-            self._scheduler.schedule(qid, min(now, self._scheduler.scheduled_at(qid) or now))
+            self.scheduler.schedule(qid, min(now, self.scheduler.scheduled_at(qid) or now))
 
-    def _dequeued(self, qid: QueueId) -> None:
+    def dequeued(self, qid: QueueId) -> None:
         """One URL left ``qid`` (leased, or reported)."""
         self._queued[qid] -= 1
         self._crawl_queued[queue_crawl(qid)] -= 1
 
-    def _index_queue(self, qid: QueueId) -> None:
-        """A multi-scope (or another crawl's) queue id entered ``_queued``: index it under each of
+    def index(self, qid: QueueId) -> None:
+        """A multi-scope (or another crawl's) queue id entered the counts: index it under each of
         its scopes, and a crawl's queue in the group of its scopes' queues."""
         for scope in queue_scopes(qid):
             self._multi.setdefault(scope, set()).add(qid)
         if CRAWL_SEP in qid:
-            self._groups.setdefault(queue_base(qid), set()).add(qid)
+            self.groups.setdefault(queue_base(qid), set()).add(qid)
 
-    def _forget_queue(self, qid: QueueId) -> None:
-        """Remove ``qid`` from ``_queued`` and from the scope index (the one way out of both)."""
+    def forget(self, qid: QueueId) -> None:
+        """Remove ``qid`` from the counts and from the indexes (the one way out of them)."""
         if self._queued.pop(qid, None) is not None and is_multi(qid):
             for scope in queue_scopes(qid):
                 queues = self._multi.get(scope)
@@ -103,38 +165,141 @@ class Queues(SeenSet):
                         del self._multi[scope]
             if CRAWL_SEP in qid:
                 base = queue_base(qid)
-                group = self._groups.get(base)
+                group = self.groups.get(base)
                 if group is not None:
                     group.discard(qid)
                     if not group:
-                        del self._groups[base]
+                        del self.groups[base]
         self._served.pop(qid, None)
 
-    def _wake(self, key: str, now: float) -> None:
-        for qid in self._waiters.pop(key, ()):
-            self._scheduler.schedule(qid, now)
+    def emptied(self, qid: QueueId, n: int) -> None:
+        """``n`` entries of ``qid`` were removed, the last ones: the queue leaves."""
+        self._crawl_queued[queue_crawl(qid)] -= n
+        self.forget(qid)
 
-    def _drop(self, name: str, now: float) -> int:
-        """Remove every queued URL of the queues with a scope ``name`` covers; return how many."""
-        dropped = 0
+    def forget_crawl(self, crawl: str) -> None:
+        """The crawl's queues were all removed (each :meth:`forget`): its count and parked set go."""
+        self._crawl_queued.pop(crawl, None)
+        self._parked.pop(crawl, None)
+
+    def remove_if(self, qid: QueueId, gone: Callable[[UrlItem], bool], now: float) -> None:
+        """Remove the queued entries of ``qid`` that are ``gone``."""
+        for qkey, raw in list(self._kv.scan(queue_prefix(qid))):
+            if gone(item_dec.decode(raw)):
+                self._store.delete(qkey)
+                self.dequeued(qid)
+        if self._queued.get(qid, 0) <= 0:
+            self.forget(qid)
+        else:
+            self.scheduler.schedule(qid, now)
+
+    # -- schedule ---------------------------------------------------------------------------------
+    def park(self, crawl: str, qid: QueueId) -> None:
+        """Put ``qid`` aside until its crawl no longer waits."""
+        self._parked[crawl].add(qid)
+
+    def unpark(self, waits: Callable[[str], bool], now: float) -> None:
+        """The queues of the crawls that no longer wait are due now."""
+        for crawl in [c for c in self._parked if not waits(c)]:
+            for qid in self._parked.pop(crawl):
+                if qid in self._queued:
+                    self.scheduler.schedule(qid, now)
+
+    def wake_covered(self, name: str, now: float) -> None:
+        """Every queue with a scope ``name`` covers is looked at again (an override changed)."""
         for qid in list(self._queued):
-            if not any(covers(name, scope) for scope in queue_scopes(qid)):
+            if any(covers(name, scope) for scope in queue_scopes(qid)):
+                self.scheduler.schedule(qid, now)
+
+    def choose(self, qid: QueueId, group: set[QueueId]) -> QueueId:
+        """The queue that takes this turn of ``qid``'s scopes: among the crawls' queues of the
+        same scopes that are not held, the highest priority at the head, then the one served
+        longest ago (round robin: :meth:`took_turn` stamps a queue when it sends)."""
+        waits = self._crawls.waits
+        live = [q for q in (queue_base(qid), *group) if self._queued.get(q, 0) > 0 and not waits(queue_crawl(q))]
+        if len(live) < 2:
+            return qid  # nothing to share (one crawl alone on these scopes): no look at the heads
+        best: tuple[int, int] | None = None
+        chosen = qid
+        for q in live:
+            head = self._kv.first(queue_prefix(q))
+            if head is None:
                 continue
-            n = 0
-            for key, raw in list(self.kv.scan(queue_prefix(qid))):
-                item = item_dec.decode(raw)
-                self._settle(item, now)  # before the entry goes (a crash: still queued)
-                self._delete(key)
-                n += 1
-            self._crawl_queued[queue_crawl(qid)] -= n
-            self._crawl(queue_crawl(qid)).dropped += n
-            dropped += n
-            self._forget_queue(qid)
-        self.stats.dropped += dropped
-        return dropped
+            rank = (entry_priority(head[0]), -self._served.get(q, -1))
+            if best is None or rank > best:
+                best, chosen = rank, q
+        return chosen
+
+    def took_turn(self, qid: QueueId) -> None:
+        """``qid`` sent one of its URLs (or reported one): the next turn of its scopes goes to
+        another crawl's queue first, when one waits."""
+        self._turn += 1
+        self._served[qid] = self._turn
+
+    # -- counts -----------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        """Queues counted (queued, or emptied and not popped yet)."""
+        return len(self._queued)
+
+    def count(self, qid: QueueId) -> int:
+        """URLs queued in ``qid`` (0: none, or no such queue)."""
+        return self._queued.get(qid, 0)
+
+    def has(self, qid: QueueId) -> bool:
+        """Whether ``qid`` is counted (queued, or emptied and not popped yet)."""
+        return qid in self._queued
+
+    def ids(self) -> list[QueueId]:
+        return list(self._queued)
+
+    def of_crawl(self, crawl: str) -> list[QueueId]:
+        return [q for q in self._queued if queue_crawl(q) == crawl]
+
+    def of_scope(self, scope: str, own: QueueId) -> list[tuple[int, QueueId]]:
+        """``(count, queue)`` of each queue of ``scope``: the multi-scope queues the index lists
+        for it, and its own queue ``own`` when counted (O(its queues), never a scan)."""
+        mine = [(self._queued[q], q) for q in self._multi.get(scope, ())]
+        if own in self._queued:
+            mine.append((self._queued[own], own))
+        return mine
+
+    def largest(self, n: int) -> list[tuple[QueueId, int]]:
+        """The ``n`` largest queues and their counts (a C-level scan)."""
+        return heapq.nlargest(n, self._queued.items(), key=itemgetter(1))
+
+    def queued_in(self, crawl: str, host: str) -> int:
+        """URLs of ``crawl`` queued for ``host`` (O(the host's queues))."""
+        n = sum(self._queued[q] for q in self._multi.get(host, ()) if queue_crawl(q) == crawl)
+        if crawl == DEFAULT_CRAWL:
+            n += self._queued.get(QueueId(host), 0)
+        return n
+
+    def crawl_queued(self, crawl: str) -> int:
+        return self._crawl_queued.get(crawl, 0)
 
     def queued_hosts(self) -> int:
-        return len(self._scheduler)
+        return len(self.scheduler)
 
     def queued(self) -> int:
         return sum(self._queued.values())
+
+    # -- the store --------------------------------------------------------------------------------
+    def load(self, now: float, top: int) -> None:
+        """Count the stored entries and schedule (or park) their queues (``rebuild``); ``top``:
+        the highest sequence the leases use. Crawls queued without a record get one."""
+        for key, _ in self._kv.scan(QUEUE):
+            self._queued[queue_of(key)] += 1
+            top = max(top, queue_seq(key))
+        # (a previous owner whose clock ran ahead gave places this instance's clock has not reached)
+        self._seq = top & ~1
+        for qid, n in self._queued.items():
+            crawl = queue_crawl(qid)
+            self._crawl_queued[crawl] += n
+            if self._crawls.get(crawl) is None:  # a store written before crawls: the default crawl has no record
+                self._crawls.record(crawl)
+            if self._crawls.waits(crawl):
+                self._parked[crawl].add(qid)
+            else:
+                self.scheduler.schedule(qid, now)
+            if is_multi(qid):
+                self.index(qid)

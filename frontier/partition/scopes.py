@@ -1,50 +1,76 @@
-"""Scopes: which scopes a URL is in, each scope's settings (the throttle's, then the operators'
-overrides), its policy state (``H<scope>``, cached decoded), and the two ways the policy is used:
-``_apply`` an event to a scope, ``_decide`` whether a set of scopes allows a send. Operators'
-commands (``control``) are applied here.
+"""Scopes, as the part :class:`Scopes`: which scopes a URL is in, each scope's settings (the
+throttle's, then the operators' overrides), its policy state (``H<scope>``, cached decoded), and
+the two ways the policy is used: ``apply`` an event to a scope, ``decide`` whether a set of
+scopes allows a send.
 
 A job is dispatched only when every one of its scopes allows it, and the send is recorded on
 all of them.
+
+Interface: ``scopes_of``, ``scope_settings``, ``state``, ``apply``, ``decide``; the overrides:
+``set_override``, ``overrides``, ``covering``, ``paused_by``, ``blocked_by``; ``late`` (a
+result whose lease was closed still applies to its host); ``recent`` (the
+states used most recently), ``load``. Owns: the ``H`` and ``O`` keys, the overrides, the state
+LRU, ``on_change`` (the hook told of a scope's delay or gate changes). Depends on: the store,
+the configuration, and ``Waiters`` (a full scope registers the queue that waits for it).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections import OrderedDict
 from dataclasses import replace
 
 import msgspec
 
-from frontier.config import ScopeSettings
+from frontier.config import FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core import policy
 from frontier.core.caps import capped_until
 from frontier.core.causes import Cause
-from frontier.core.control import Override, covers, updated
-from frontier.partition.crawls import Crawls
-from frontier.partition.keys import QueueId, is_multi, override_key, queue_id, queue_scopes, state_key
-from frontier.partition.records import Refused, encoder, state_dec
-from topics.schemas import ControlCommand, UrlItem
+from frontier.core.control import Override, updated
+from frontier.partition.keys import OVERRIDE, QueueId, is_multi, override_key, override_of, queue_id, state_key
+from frontier.partition.queues import Waiters
+from frontier.partition.records import ChangeHook, Refused, encoder, override_dec, state_dec
+from frontier.partition.store import Store
+from topics.schemas import ControlCommand, Feedback, UrlItem
 
 STATE_CACHE = 50_000  # scope states kept decoded in memory (bounded: RSS must not grow with domains)
 MAX_OVERRIDES = 100_000  # operators' overrides per partition (kept in memory: ~0.2 KB each)
 
 
-class Scopes(Crawls):
+class Scopes:
+    """The scopes of one partition: settings, overrides, policy states."""
+
+    def __init__(self, partition: int, store: Store, settings: FrontierConfig, throttle: ThrottleConfig,
+                 waiters: Waiters, on_change: ChangeHook | None = None) -> None:  # fmt: skip
+        self._partition = partition
+        self._store = store
+        self._kv = store.kv
+        self._settings = settings
+        self._throttle = throttle
+        self._waiters = waiters
+        self.on_change = on_change
+        self._states: OrderedDict[str, policy.ScopeState] = OrderedDict()  # LRU cache over H<scope>
+        # operators' overrides by name (at most MAX_OVERRIDES); a scope finds the ones covering it
+        # by looking up its own dot-suffixes, so their number does not slow dispatch
+        self._overrides: dict[str, Override] = {}
+
     def scopes_of(self, item: UrlItem) -> list[str]:
         """The host, its address ``ip:<address>`` (frontier.ip_scope: the router resolved it), the
         registrable domain when it has settings of its own, and the item's named scopes."""
         scopes = [item.host]
         if item.ip:
             scopes.append(f"ip:{item.ip}")
-        if item.domain != item.host and item.domain in self.throttle.scopes:
+        if item.domain != item.host and item.domain in self._throttle.scopes:
             scopes.append(item.domain)
         scopes.extend(f"{item.domain}#{name}" for name in sorted(set(item.scopes)))
         return scopes
 
     def scope_settings(self, scope: str) -> ScopeSettings:
-        s = self.throttle.for_scope(scope.rsplit("#", 1)[-1])
+        s = self._throttle.for_scope(scope.rsplit("#", 1)[-1])
         if not self._overrides:
             return s
         delay = concurrency = None
-        for _, o in self._covering(scope):  # most specific last: it wins
+        for _, o in self.covering(scope):  # most specific last: it wins
             delay = o.delay if o.delay is not None else delay
             concurrency = o.concurrency if o.concurrency is not None else concurrency
         if delay is not None:
@@ -54,7 +80,7 @@ class Scopes(Crawls):
         return s
 
     # -- operators' overrides -------------------------------------------------------------------
-    def _covering(self, scope: str) -> list[tuple[str, Override]]:
+    def covering(self, scope: str) -> list[tuple[str, Override]]:
         """The overrides that apply to ``scope`` (see :func:`frontier.core.control.covers`), least
         specific first: one lookup per dot-suffix of the scope, whatever their number."""
         labels = scope.split(".")
@@ -66,57 +92,55 @@ class Scopes(Crawls):
                 found.append((name, o))
         return found
 
-    def _blocked_by(self, scopes: list[str], now: float) -> tuple[float, str] | None:
+    def blocked_by(self, scopes: list[str], now: float) -> tuple[float, str] | None:
         """The latest block (BlockQueueUntil) on ``scopes`` still ahead at ``now``, and its name."""
         found: tuple[float, str] | None = None
         for scope in scopes:
-            for name, o in self._covering(scope):
+            for name, o in self.covering(scope):
                 if o.blocked_until > now and (found is None or o.blocked_until > found[0]):
                     found = (o.blocked_until, name)
         return found
 
-    def _paused_by(self, scopes: list[str]) -> str | None:
+    def paused_by(self, scopes: list[str]) -> str | None:
         for scope in scopes:
-            for name, o in self._covering(scope):
+            for name, o in self.covering(scope):
                 if o.paused:
                     return name
         return None
 
-    def control(self, cmd: ControlCommand, now: float) -> int:
-        """Apply a scope (or crawl) command; return the queued URLs it dropped (drop) or 0."""
-        if cmd.crawl:
-            return self.crawl_control(cmd, now)
+    def set_override(self, cmd: ControlCommand, now: float) -> None:
+        """Apply an operator's scope command (not a drop) to the override of ``cmd.scope``; the
+        caller looks at the queues it covers again. Raises :class:`Refused` past MAX_OVERRIDES."""
         name = cmd.scope
-        if cmd.action == "drop":
-            return self._drop(name, now)
         if cmd.action == "block" and cmd.until:
-            cmd = msgspec.structs.replace(cmd, until=capped_until(cmd.until, now, self.settings.block_max))
+            cmd = msgspec.structs.replace(cmd, until=capped_until(cmd.until, now, self._settings.block_max))
         new = updated(self._overrides.get(name, Override()), cmd)
         if name not in self._overrides and not new.empty() and len(self._overrides) >= MAX_OVERRIDES:
-            raise Refused(f"{len(self._overrides)} scope overrides in partition {self.partition} already "
+            raise Refused(f"{len(self._overrides)} scope overrides in partition {self._partition} already "
                           f"(at most {MAX_OVERRIDES}): clear some first")  # fmt: skip
         if new.empty():
             self._overrides.pop(name, None)
-            if self.kv.get(override_key(name)) is not None:
-                self._delete(override_key(name))
+            if self._kv.get(override_key(name)) is not None:
+                self._store.delete(override_key(name))
         else:
             self._overrides[name] = new
-            self._put(override_key(name), encoder.encode(new))
-        for qid in list(self._queued):  # anything may dispatch sooner now: look at its queues again
-            if any(covers(name, scope) for scope in queue_scopes(qid)):
-                self._scheduler.schedule(qid, now)
-        return 0
+            self._store.put(override_key(name), encoder.encode(new))
 
     def overrides(self) -> dict[str, Override]:
         return dict(self._overrides)
 
+    def load(self) -> None:
+        """The overrides as stored (``rebuild``; the states are read when used)."""
+        for key, value in self._kv.scan(OVERRIDE):
+            self._overrides[override_of(key)] = override_dec.decode(value)
+
     # -- policy state ---------------------------------------------------------------------------
-    def _state(self, scope: str) -> policy.ScopeState:
+    def state(self, scope: str) -> policy.ScopeState:
         state = self._states.get(scope)
         if state is not None:
             self._states.move_to_end(scope)
             return state
-        raw = self.kv.get(state_key(scope))
+        raw = self._kv.get(state_key(scope))
         state = state_dec.decode(raw) if raw is not None else policy.ScopeState()
         self._cache_state(scope, state)
         return state
@@ -127,11 +151,15 @@ class Scopes(Crawls):
         if len(self._states) > STATE_CACHE:
             self._states.popitem(last=False)
 
-    def _apply(self, scope: str, event: policy.Event, now: float) -> None:
+    def recent(self, n: int) -> list[str]:
+        """The ``n`` scopes whose state was used most recently, newest first."""
+        return list(itertools.islice(reversed(self._states), n))
+
+    def apply(self, scope: str, event: policy.Event, now: float) -> None:
         s = self.scope_settings(scope)
-        old = self._state(scope)
+        old = self.state(scope)
         new = policy.apply(old, event, now, s)
-        self._put(state_key(scope), encoder.encode(new))
+        self._store.put(state_key(scope), encoder.encode(new))
         self._cache_state(scope, new)
         if self.on_change is not None:
             before, after = policy.delay(old, s), policy.delay(new, s)
@@ -141,25 +169,41 @@ class Scopes(Crawls):
                     cause, kind = f"gate until +{new.gate_until - now:.0f}s ({new.gate_cause})", Cause.GATE
                 self.on_change(scope, before, after, cause, kind, new.gate_until)
 
-    def _decide(
+    def late(self, fb: Feedback, now: float) -> None:
+        """A result whose lease was already closed (expired, lost): the slot was freed then, but
+        a request really went out and what the server answered (a gate, a 429, an outage) still
+        applies to the host, so its throttling part is applied (named scopes are not known any more)."""
+        if fb.outcome == "expired" or fb.sent_at <= 0 or not fb.host:
+            return
+        scopes = [fb.host]
+        if fb.ip:
+            scopes.append(f"ip:{fb.ip}")
+        if fb.domain and fb.domain != fb.host and fb.domain in self._throttle.scopes:
+            scopes.append(fb.domain)
+        event = policy.Done(sent_at=fb.sent_at, status=fb.status, latency=fb.latency, error=fb.error,
+                            headers=fb.headers, adjust=False, outcome=fb.outcome, late=True)  # fmt: skip
+        for scope in scopes:
+            self.apply(scope, event, now)
+
+    def decide(
         self, scopes: list[str], now: float, cost: float, register: bool = True, qid: QueueId | None = None
     ) -> policy.Decision:
         """All scopes must allow: the latest time wins; a scope that needs feedback blocks outright
         (and, with ``register``, a multi-scope queue or another crawl's queue, ``qid``, waits on
         that scope's next free slot)."""
         if self._overrides:
-            paused = self._paused_by(scopes)
+            paused = self.paused_by(scopes)
             if paused is not None:
                 return policy.Decision(None, f"paused ({paused})")  # resume reschedules its queues
-            blocked = self._blocked_by(scopes, now)
+            blocked = self.blocked_by(scopes, now)
             if blocked is not None:
                 return policy.Decision(blocked[0], f"blocked ({blocked[1]})")
         latest = policy.Decision(now, "ready")
         for scope in scopes:
-            d = policy.decide(self._state(scope), now, self.scope_settings(scope), cost)
+            d = policy.decide(self.state(scope), now, self.scope_settings(scope), cost)
             if d.at is None:
                 if register and (len(scopes) > 1 or (qid is not None and is_multi(qid))):
-                    self._waiters[scope].add(qid if qid is not None else queue_id(scopes))
+                    self._waiters.add(scope, qid if qid is not None else queue_id(scopes))
                 return policy.Decision(None, f"{d.reason} ({scope})")
             if d.at > now and (latest.at is None or d.at > latest.at):
                 latest = policy.Decision(d.at, f"{d.reason} ({scope})")

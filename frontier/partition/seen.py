@@ -1,4 +1,10 @@
-"""The seen set: the stored form of a seen entry, its lifecycle, and the sweep that forgets old ones.
+"""The seen set: the stored form of a seen entry, its lifecycle, and the sweep that forgets old
+ones, as the part :class:`SeenSet`.
+
+Interface: ``key``/``fingerprint`` (an item's seen key in its crawl's current generation),
+``settle`` (done), ``reopen`` (open again), ``forget`` (a forget submission), ``sweep_due`` and
+``sweep_seen``. Owns: the ``S`` keys' lifecycle and the sweep's cursor. Depends on: the store,
+``Crawls`` (the generation), the settings (``seen_retention``) and the partition's ``Stats``.
 
 The seen set has a lifecycle (issue 13). A seen value is 5 bytes, a state and a stamp in whole
 epoch seconds (13 for a revisit: plus the due time of its ``V`` entry, in ms):
@@ -25,12 +31,15 @@ revisits) and leaves an open one alone (forget it after its page is out).
 
 from __future__ import annotations
 
+import os
 import struct
 
+from frontier.config import FrontierConfig
 from frontier.core.urls import seen_fingerprint
-from frontier.partition.base import PartitionBase
+from frontier.partition.crawls import Crawls
 from frontier.partition.keys import SWEEP_SLICES, seen_key, seen_slice
-from frontier.partition.records import Sweep
+from frontier.partition.records import Stats, Sweep
+from frontier.partition.store import Store
 from topics.schemas import UrlItem
 
 # The seen set's lifecycle (see the module doc): a value is a state byte and a stamp.
@@ -73,32 +82,56 @@ def read_seen(value: bytes) -> tuple[int, float, int]:
     return SEEN_LEGACY, -1.0, -1
 
 
-class SeenSet(PartitionBase):
-    def _fingerprint(self, item: UrlItem) -> bytes:
-        """The item's seen-set digest in its crawl's current generation."""
-        return seen_fingerprint(item, self._generation(item.crawl))
+class SeenSet:
+    """The seen set of one partition (every crawl's, each in its generation)."""
 
-    def _settle(self, item: UrlItem, now: float) -> None:
+    def __init__(self, store: Store, crawls: Crawls, settings: FrontierConfig, stats: Stats) -> None:
+        self._store = store
+        self._kv = store.kv
+        self._crawls = crawls
+        self._settings = settings
+        self._stats = stats
+        # the sweep's cursor: a slice of the fingerprint space and the last key looked at in it.
+        # Not stored: each incarnation starts at a random slice, so restarts still cover the whole
+        # set (in expectation) instead of sweeping its beginning again and again.
+        self._sweep_slice = int.from_bytes(os.urandom(2), "big") % SWEEP_SLICES
+        self._sweep_after = b""
+        self._swept_at: float | None = None  # when sweep_due last ran a sweep
+
+    def fingerprint(self, item: UrlItem) -> bytes:
+        """The item's seen-set digest in its crawl's current generation."""
+        return seen_fingerprint(item, self._crawls.generation(item.crawl))
+
+    def key(self, item: UrlItem) -> bytes:
+        """The item's seen key (``S<fingerprint>``)."""
+        return seen_key(self.fingerprint(item))
+
+    def state(self, item: UrlItem) -> int | None:
+        """The item's seen state (``SEEN_*``), None when it is not in the seen set."""
+        raw = self._kv.get(self.key(item))
+        return read_seen(raw)[0] if raw is not None else None
+
+    def settle(self, item: UrlItem, now: float) -> None:
         """The URL's fate is decided (fetched, failed, disallowed, dropped): stamp its seen entry
         *done*; the retention counts from here."""
-        self._put(seen_key(self._fingerprint(item)), seen_value(SEEN_DONE, now))
+        self._store.put(self.key(item), seen_value(SEEN_DONE, now))
 
-    def _reopen(self, item: UrlItem, now: float) -> None:
+    def reopen(self, item: UrlItem, now: float) -> None:
         """A URL back in its queue after its lease was lost is *open* again. (A crash between the
         *done* stamp of a result and the deletion of its lease, which comes second, restores the
         lease with the URL already stamped done.)"""
-        key = seen_key(self._fingerprint(item))
-        raw = self.kv.get(key)
+        key = self.key(item)
+        raw = self._kv.get(key)
         if raw is None or read_seen(raw)[0] != SEEN_OPEN:
-            self._put(key, seen_value(SEEN_OPEN, now))
+            self._store.put(key, seen_value(SEEN_OPEN, now))
 
-    def _forget_seen(self, key: bytes) -> None:
+    def forget(self, key: bytes) -> None:
         """A forget submission: remove the entry unless it is open (queued or in flight)."""
-        raw = self.kv.get(key)
+        raw = self._kv.get(key)
         if raw is None or read_seen(raw)[0] == SEEN_OPEN:
             return
-        self._delete(key)  # a revisit's V entry is dropped when due (no longer named)
-        self.stats.forgotten += 1
+        self._store.delete(key)  # a revisit's V entry is dropped when due (no longer named)
+        self._stats.forgotten += 1
 
     def sweep_due(self, now: float) -> Sweep:
         """Run :meth:`sweep_seen` if the last run is ``SWEEP_INTERVAL`` old (the service calls
@@ -116,27 +149,27 @@ class SeenSet(PartitionBase):
         calls. Entries written before issue 13 (``b"1"``) are stamped *done* at ``now`` when
         first met. Open and revisit entries are never forgotten by age. Pure: ``now`` is passed
         in. An entry lives from its stamp for the retention plus, at most, one cycle."""
-        retention = self.settings.seen_retention
+        retention = self._settings.seen_retention
         if retention <= 0 or limit <= 0:
             return Sweep(0, 0)
         looked = forgotten = 0
         for _ in range(SWEEP_SLICES_PER_CALL):
             # resumed where the previous call stopped in this slice, not restarted
-            for key, value in self.kv.scan(seen_slice(self._sweep_slice), after=self._sweep_after):
+            for key, value in self._kv.scan(seen_slice(self._sweep_slice), after=self._sweep_after):
                 if looked >= limit:
-                    self.stats.forgotten += forgotten
+                    self._stats.forgotten += forgotten
                     return Sweep(looked, forgotten)
                 looked += 1
                 self._sweep_after = key
                 state, stamp, _ = read_seen(value)
                 if state == SEEN_DONE and now - stamp >= retention:
-                    self._delete(key)
+                    self._store.delete(key)
                     forgotten += 1
                 elif state == SEEN_LEGACY:
-                    self._put(key, seen_value(SEEN_DONE, now))
+                    self._store.put(key, seen_value(SEEN_DONE, now))
             self._sweep_slice = (self._sweep_slice + 1) % SWEEP_SLICES
             self._sweep_after = b""
             if looked >= limit:
                 break
-        self.stats.forgotten += forgotten
+        self._stats.forgotten += forgotten
         return Sweep(looked, forgotten)

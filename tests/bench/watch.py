@@ -65,7 +65,7 @@ def fill(f: PartitionFrontier, n: int, now: float) -> float:
 
 def old_scan_row(f: PartitionFrontier, scope: str) -> tuple[int, str]:
     """What scope_row did before the index: scan every queue id (kept here for comparison)."""
-    mine = [(n, q) for q, n in f._queued.items() if scope in queue_scopes(q)]
+    mine = [(n, q) for q, n in f.queues._queued.items() if scope in queue_scopes(q)]
     return sum(n for n, _ in mine), max(mine)[1] if mine else ""
 
 
@@ -113,7 +113,7 @@ def main() -> None:
         ingest_s = fill(f, n, now)
         multi = [f"{host(i)}#api" for i in range(0, n, 100)]
         watched = rng.sample([host(i) for i in range(n)], WATCHED // 2) + rng.sample(multi, WATCHED // 2)
-        report("watch-ingest", queues=len(f._queued), urls=n, seconds=round(ingest_s, 1),
+        report("watch-ingest", queues=len(f.queues), urls=n, seconds=round(ingest_s, 1),
                urls_per_s=round(n / ingest_s))  # fmt: skip
 
         started = time.perf_counter()
@@ -124,12 +124,12 @@ def main() -> None:
         old = [old_scan_row(f, scope) for scope in sample]
         scan_ms = (time.perf_counter() - started) * 1000 / len(sample)
         assert [(r.queued) for r in rows[:: max(1, len(watched) // 4)]] == [q for q, _ in old]  # same answer
-        report("watch-scope-row", queues=len(f._queued), indexed_ms=round(indexed_ms, 3), old_scan_ms=round(scan_ms, 1),
+        report("watch-scope-row", queues=len(f.queues), indexed_ms=round(indexed_ms, 3), old_scan_ms=round(scan_ms, 1),
                old_scan_100_watched_s=round(scan_ms * WATCHED / 1000, 1))  # fmt: skip
 
         for label, scopes in (("0 watched", []), (f"{WATCHED} watched", watched)):
             status_ms = [status_work(f, scopes, now) * 1000 for _ in range(3)]
-            report("watch-status", watched=len(scopes), queues=len(f._queued), status_ms=round(min(status_ms), 1),
+            report("watch-status", watched=len(scopes), queues=len(f.queues), status_ms=round(min(status_ms), 1),
                    status_ms_max=round(max(status_ms), 1), mode=label)  # fmt: skip
         # the modes alternate (0, 100, 0, 100): a drift of the machine or the store shows as such;
         # each run takes at most 20 % of the URLs, so no queue is drained and popped again empty

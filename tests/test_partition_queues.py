@@ -1,0 +1,114 @@
+"""The partition's ``Queues`` alone, on a ``MemoryKV``: places, counts, the scope index, parked
+queues, turns between crawls and removals (not through PartitionFrontier)."""
+
+from frontier.config import FrontierConfig
+from frontier.core.kv import MemoryKV
+from frontier.partition.crawls import Crawls
+from frontier.partition.keys import QUEUE, queue_id, queue_of, queue_seq
+from frontier.partition.queues import Queues
+from frontier.partition.store import Store
+from topics.schemas import UrlItem
+
+
+def make() -> tuple[MemoryKV, Crawls, Queues]:
+    kv = MemoryKV()
+    store = Store(kv, lambda k, v: None)
+    crawls = Crawls(0, store, FrontierConfig())
+    return kv, crawls, Queues(store, crawls)
+
+
+def url(host: str, n: int, crawl: str = "default", priority: int = 0) -> UrlItem:
+    return UrlItem(url=f"http://{host}/{n}", host=host, domain=host, crawl=crawl, priority=priority)
+
+
+def put(queues: Queues, scopes: list[str], item: UrlItem, now: float) -> bytes:
+    qkey = queues.qkey(queue_id(scopes, item.crawl), item, now)
+    queues.enqueue(qkey, item, now)
+    return qkey
+
+
+def test_entries_keep_fifo_places_and_due_time_places_apart() -> None:
+    kv, _, queues = make()
+    qid = queue_id(["a.test"])
+    keys = [put(queues, ["a.test"], url("a.test", n), 1.0) for n in range(3)]
+    assert keys == sorted(keys) and all(queue_seq(k) % 2 == 0 for k in keys)
+    due = queues.qkey_due(qid, url("a.test", 9), 0.5)  # due before the others were queued
+    assert queue_seq(due) % 2 == 1 and due < keys[0]
+    assert [k for k, _ in kv.scan(QUEUE)] == keys
+    assert queues.count(qid) == 3 and queues.crawl_queued("default") == 3 and queues.queued() == 3
+
+
+def test_a_lease_coming_back_to_a_taken_place_moves_within_its_millisecond() -> None:
+    kv, _, queues = make()
+    qkey = put(queues, ["a.test"], url("a.test", 1), 1.0)
+    queues.enqueue_back(qkey, url("a.test", 2), 1.0)  # its place is taken (by /1)
+    entries = [k for k, _ in kv.scan(QUEUE)]
+    assert len(entries) == 2 and qkey in entries and queues.count(queue_of(qkey)) == 2
+
+
+def test_multi_scope_queues_are_indexed_under_each_scope_until_forgotten() -> None:
+    _, _, queues = make()
+    put(queues, ["a.test"], url("a.test", 1), 0.0)
+    put(queues, ["a.test", "a.test#api"], url("a.test", 2), 0.0)
+    multi = queue_id(["a.test", "a.test#api"])
+    assert queues.of_scope("a.test", queue_id(["a.test"])) == [(1, multi), (1, queue_id(["a.test"]))]
+    assert queues.of_scope("a.test#api", queue_id(["a.test#api"])) == [(1, multi)]
+    queues.dequeued(multi)
+    queues.forget(multi)
+    assert queues.of_scope("a.test#api", queue_id(["a.test#api"])) == [] and not queues.has(multi)
+    assert queues.queued_in("default", "a.test") == 1
+
+
+def test_a_waiting_crawl_parks_its_queues_until_it_is_released() -> None:
+    _, crawls, queues = make()
+    crawls.record("books").paused = True
+    crawls.rehold()
+    put(queues, ["a.test"], url("a.test", 1, crawl="books"), 0.0)
+    assert queues.queued_hosts() == 0  # put aside, out of the scheduler
+    queues.unpark(crawls.waits, 1.0)
+    assert queues.queued_hosts() == 0  # still paused
+    crawls.record("books").paused = False
+    crawls.rehold()
+    queues.unpark(crawls.waits, 1.0)
+    assert queues.scheduler.pop_due(1.0) == queue_id(["a.test"], "books")
+
+
+def test_crawls_of_the_same_scopes_take_turns_highest_priority_first() -> None:
+    _, _, queues = make()
+    put(queues, ["a.test"], url("a.test", 1), 0.0)
+    put(queues, ["a.test"], url("a.test", 2, crawl="books"), 0.0)
+    put(queues, ["a.test"], url("a.test", 3, crawl="news"), 0.0)
+    base = queue_id(["a.test"])
+    group = queues.groups[base]
+    assert group == {queue_id(["a.test"], "books"), queue_id(["a.test"], "news")}
+    turns = []
+    for _ in range(3):
+        chosen = queues.choose(base, group)
+        queues.took_turn(chosen)
+        turns.append(chosen)
+    assert len(set(turns)) == 3  # round robin among equal priorities
+    put(queues, ["a.test"], url("a.test", 4, crawl="news", priority=5), 0.0)
+    assert queues.choose(base, group) == queue_id(["a.test"], "news")
+
+
+def test_remove_if_drops_the_entries_that_are_gone_and_the_queue_with_the_last() -> None:
+    kv, _, queues = make()
+    for n in range(3):
+        put(queues, ["a.test"], url("a.test", n), 0.0)
+    qid = queue_id(["a.test"])
+    queues.remove_if(qid, lambda item: item.url.endswith("/1"), 1.0)
+    assert queues.count(qid) == 2 and len(list(kv.scan(QUEUE))) == 2
+    queues.remove_if(qid, lambda item: True, 1.0)
+    assert not queues.has(qid) and not list(kv.scan(QUEUE))
+
+
+def test_load_counts_the_stored_entries_and_places_new_ones_after_them() -> None:
+    kv, _, queues = make()
+    keys = [put(queues, ["a.test"], url("a.test", n), 100.0) for n in range(3)]
+    store = Store(kv, lambda k, v: None)
+    crawls = Crawls(0, store, FrontierConfig())
+    again = Queues(store, crawls)
+    again.load(0.0, 0)
+    assert again.count(queue_id(["a.test"])) == 3 and again.queued_hosts() == 1
+    assert again.qkey(queue_id(["a.test"]), url("a.test", 9), 0.0) > keys[-1]  # its clock is behind: after them
+    assert list(crawls.names()) == ["default"]  # the crawl queued here has a record now
