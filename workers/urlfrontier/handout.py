@@ -186,7 +186,7 @@ async def _give_back(jobs: list[tuple[CrawlPool, LeasedJob]], held: set[str]) ->
         if (handed := pool.handed.peek(job.url)) is not None and handed.job is job:  # (not another job of the URL)
             del pool.handed[job.url]
         if job.job.lease in held:
-            pool.jobs.let_go(job)
+            pool.jobs.endings.let_go(job)
             continue
         with contextlib.suppress(Exception):
             await job.release()

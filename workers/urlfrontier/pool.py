@@ -88,7 +88,7 @@ class CrawlPool:
                 await job.release()
         self.ready.clear()
         for handed in self.handed.values():  # in clients' hands: their leases are held at the frontier
-            self.jobs.let_go(handed.job)
+            self.jobs.endings.let_go(handed.job)
         self.handed.clear()
         await self.jobs.close()
 
