@@ -82,8 +82,8 @@ def test_a_full_scope_registers_a_multi_scope_queue_as_its_waiter() -> None:
 
 
 def test_the_state_cache_is_bounded_and_reads_back_evicted_states(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scopes_module, "STATE_CACHE", 3)  # (the cache's size is taken when it is made)
     _, scopes, _, _ = make()
-    monkeypatch.setattr(scopes_module, "STATE_CACHE", 3)
     for n in range(5):
         scopes.apply(f"h{n}.test", policy.Sent(float(n), u=0.5, cost=1.0), float(n))
     assert scopes.recent(10) == ["h4.test", "h3.test", "h2.test"]

@@ -13,12 +13,12 @@ applied to the host's scope) and the partition's ``Stats``."""
 from __future__ import annotations
 
 import logging
-from collections import OrderedDict
 from urllib.parse import urljoin
 
 from frontier.config import FrontierConfig
 from frontier.core import policy
 from frontier.core.headers import retry_after
+from frontier.core.lru import LRU
 from frontier.core.robots import MAX_SITEMAPS, RobotsRecord, Rules, agent_token, retry_after_failures
 from frontier.partition.keys import robots_key
 from frontier.partition.records import Dispatch, Stats, encoder, robots_dec
@@ -53,14 +53,14 @@ class RobotsCache:
         self._stats = stats
         self._agent = agent_token(user_agent)
         self._pending: set[str] = set()  # origins whose robots.txt is being fetched
-        self._rules: OrderedDict[str, Rules] = OrderedDict()  # origin → rules (LRU over R<origin>)
+        self._rules: LRU[str, Rules] = LRU(ROBOTS_CACHE)  # origin → rules (over R<origin>)
         # origin → the agents (other than the frontier's own) whose Crawl-delay was applied since
         # its rules were stored (memory only: after a restart, applied again at the next dispatch)
         self._agent_delays: dict[str, set[str]] = {}
         # (crawl, origin) → the robots.txt copy (its fetch time) whose sitemaps were submitted for the
         # crawl (discover_sitemaps; memory only: after a restart submitted again, and the seen set
         # drops them); a robots.txt fetched again is read again
-        self._sitemaps_read: OrderedDict[tuple[str, str], float] = OrderedDict()  # an LRU
+        self._sitemaps_read: LRU[tuple[str, str], float] = LRU(ROBOTS_CACHE)
 
     # -- robots.txt being fetched -------------------------------------------------------------------
     def fetching(self, site: str) -> None:
@@ -77,15 +77,13 @@ class RobotsCache:
     # -- answers ------------------------------------------------------------------------------------
     def rules(self, site: str, now: float) -> Rules | None:
         """The origin's current rules, or None when they must be (re)fetched first."""
-        rules = self._rules.get(site)
+        rules = self._rules.peek(site)
         if rules is None:
             raw = self._kv.get(robots_key(site))
             if raw is None:
                 return None
             rules = Rules(robots_dec.decode(raw), self._agent)
-            self._rules[site] = rules
-            if len(self._rules) > ROBOTS_CACHE:
-                self._rules.popitem(last=False)
+            self._rules.put(site, rules)
         if rules.record.redirect:
             return None  # half way through its redirects: the next hop is fetched first
         return rules if now < self.due(rules) else None
@@ -123,8 +121,7 @@ class RobotsCache:
             if wait is not None:  # the server said when (a 429 or 503): not before, and not long after
                 record.retry_at = now + min(wait, self._settings.robots_give_up)
         self._store.put(robots_key(site), encoder.encode(record))
-        self._rules[site] = rules
-        self._rules.move_to_end(site)
+        self._rules.put(site, rules)
         self._stats.robots_fetched += 1
         self._agent_delays.pop(site, None)
         if not rules.unavailable and not record.redirect:
@@ -151,13 +148,9 @@ class RobotsCache:
         obeyed, so not kept; the robots.txt itself is submitted as a sitemap (a throttled job) instead."""
         copy = rules.record.fetched_at if rules is not None else 0.0
         key = (item.crawl, site)
-        if self._sitemaps_read.get(key) == copy:
-            self._sitemaps_read.move_to_end(key)
+        if self._sitemaps_read.get(key) == copy:  # (read: now the most recent)
             return
-        self._sitemaps_read[key] = copy
-        self._sitemaps_read.move_to_end(key)
-        if len(self._sitemaps_read) > ROBOTS_CACHE:
-            self._sitemaps_read.popitem(last=False)
+        self._sitemaps_read.put(key, copy)
         if rules is None:
             urls, depth = [f"{site}/robots.txt"], 0
         else:
@@ -174,7 +167,7 @@ class RobotsCache:
 
     def record(self, site: str) -> RobotsRecord | None:
         """The origin's stored answer (its redirect hop, its failures), None when there is none."""
-        rules = self._rules.get(site)
+        rules = self._rules.peek(site)
         if rules is not None:
             return rules.record
         raw = self._kv.get(robots_key(site))

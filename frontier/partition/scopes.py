@@ -17,7 +17,6 @@ the configuration, and ``Waiters`` (a full scope registers the queue that waits 
 from __future__ import annotations
 
 import itertools
-from collections import OrderedDict
 from dataclasses import replace
 
 import msgspec
@@ -27,6 +26,7 @@ from frontier.core import policy
 from frontier.core.caps import capped_until
 from frontier.core.causes import Cause
 from frontier.core.control import Override, updated
+from frontier.core.lru import LRU
 from frontier.partition.keys import OVERRIDE, QueueId, is_multi, override_key, override_of, queue_id, state_key
 from frontier.partition.queues import Waiters
 from frontier.partition.records import ChangeHook, Refused, encoder, override_dec, state_dec
@@ -49,7 +49,7 @@ class Scopes:
         self._throttle = throttle
         self._waiters = waiters
         self.on_change = on_change
-        self._states: OrderedDict[str, policy.ScopeState] = OrderedDict()  # LRU cache over H<scope>
+        self._states: LRU[str, policy.ScopeState] = LRU(STATE_CACHE)  # decoded states over H<scope>
         # operators' overrides by name (at most MAX_OVERRIDES); a scope finds the ones covering it
         # by looking up its own dot-suffixes, so their number does not slow dispatch
         self._overrides: dict[str, Override] = {}
@@ -138,7 +138,6 @@ class Scopes:
     def state(self, scope: str) -> policy.ScopeState:
         state = self._states.get(scope)
         if state is not None:
-            self._states.move_to_end(scope)
             return state
         raw = self._kv.get(state_key(scope))
         state = state_dec.decode(raw) if raw is not None else policy.ScopeState()
@@ -146,10 +145,7 @@ class Scopes:
         return state
 
     def _cache_state(self, scope: str, state: policy.ScopeState) -> None:
-        self._states[scope] = state
-        self._states.move_to_end(scope)
-        if len(self._states) > STATE_CACHE:
-            self._states.popitem(last=False)
+        self._states.put(scope, state)
 
     def recent(self, n: int) -> list[str]:
         """The ``n`` scopes whose state was used most recently, newest first."""
