@@ -34,7 +34,7 @@ from frontier.partition.records import lease_dec
 from tests.fakes import FakeConsumer, FakeMessage, FakeProducer
 from topics.schemas import Feedback, Job, Query, UrlItem, encode
 from workers.api import Jobs
-from workers.api.leased import Outcome
+from workers.api.leased import LeasedJob, Outcome
 from workers.api.publishing import Publisher
 from workers.urlfrontier.mapping import Signal
 from workers.urlfrontier.pool import CrawlPool, Handed
@@ -260,6 +260,19 @@ async def test_the_gateway_reports_a_url_handed_out_as_sent_when_its_update_came
         f"reported as sent {before - job.outcome.sent_at if job.outcome else 0:.1f} s before its update came"
     )
     assert job.outcome.status == 200 and job.outcome.page is False
+
+
+async def test_a_gateway_that_stops_lets_go_of_the_urls_in_clients_hands() -> None:
+    """A crawl's pool closing with URLs in clients' hands lets each go here (the frontier keeps its
+    lease until the hold ends) and closes at once. Found by the gateway's integration test: once
+    ``let_go`` had moved to ``Jobs.endings``, the pool's call raised and the gateway hung at SIGTERM."""
+    pool = CrawlPool(Config(), "default", kafka=None)  # type: ignore[arg-type]  # (never started)
+    item = UrlItem(url="http://a.test/1", host="a.test", domain="a.test")
+    job = Job(lease="l1", not_before=0.0, expires_at=time.time() + 60, item=item)
+    leased = LeasedJob(pool.jobs.endings, job, ("crawl.jobs", 0, 0))
+    pool.handed.put(leased.url, Handed(leased, time.time(), time.time() + HOLD))
+    await asyncio.wait_for(pool.close(), 10)
+    assert leased.reported and not pool.handed
 
 
 # -- a gateway stops within seconds -----------------------------------------------------------------
