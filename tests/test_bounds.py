@@ -61,7 +61,9 @@ def test_a_million_gated_hosts_keep_the_partition_and_service_maps_bounded() -> 
     now = [1000.0]
     svc = FrontierService(replace(Config(), frontier=FrontierConfig()), clock=lambda: now[0])
     kv = SampleKV()
-    f = PartitionFrontier(0, kv, svc.cfg.frontier, svc.cfg.throttle, lambda k, v: None, on_change=svc._delay_changed)
+    f = PartitionFrontier(
+        0, kv, svc.cfg.frontier, svc.cfg.throttle, lambda k, v: None, on_change=svc.reporting.delay_changed
+    )
     for i in range(HOSTS):
         now[0] = 1000.0 + i * 1e-4
         host = f"h{i}.test"
@@ -71,15 +73,15 @@ def test_a_million_gated_hosts_keep_the_partition_and_service_maps_bounded() -> 
     assert kv.puts >= HOSTS  # every host's state was written: the hosts really went through
     assert len(f.scopes._states) == scopes_module.STATE_CACHE
     assert not f.queues.waiters and not f.leases._deadlines and not f.queues._queued and len(f.queues.scheduler) == 0
-    assert len(svc._gates) == MAX_GATE_GAUGE
-    assert svc.metric_totals()["gates_active"] == MAX_GATE_GAUGE  # saturated: every gate is still open
+    assert len(svc.reporting._gates) == MAX_GATE_GAUGE
+    assert svc.reporting.metric_totals()["gates_active"] == MAX_GATE_GAUGE  # saturated: every gate is still open
     # an evicted host reads its state back from the store: its gate is still there
     evicted = f"h{SAMPLE}.test"
     assert evicted not in f.scopes._states
     assert f.scopes.state(evicted).gate_until > now[0] + 3000
     # once the gates have ended, the next reading (a status snapshot or a scrape) empties the map
     now[0] += 3700.0
-    assert svc.metric_totals()["gates_active"] == 0 and svc._gates == {}
+    assert svc.reporting.metric_totals()["gates_active"] == 0 and svc.reporting._gates == {}
 
     # robots.txt rules: a million origins through the LRU, the latest ones served from memory
     for i in range(HOSTS):

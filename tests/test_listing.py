@@ -324,7 +324,7 @@ def owned_service(f: PartitionFrontier, kv: MemoryKV) -> tuple[FrontierService, 
     svc = FrontierService(replace(Config(), frontier=SETTINGS), clock=lambda: T0)
     serve(svc, Recorder(), f, kv)
     replies: list[Reply] = []
-    svc._reply = lambda reply, q: replies.append(decode(reply, Reply))  # type: ignore[method-assign]
+    svc.questions._reply = lambda reply, q: replies.append(decode(reply, Reply))  # type: ignore[method-assign]
     return svc, replies
 
 
@@ -333,7 +333,7 @@ async def test_the_service_answers_a_long_question_a_slice_per_turn_of_its_loop(
     f = make(kv)
     recorded(f, keys=10, per_key=2000)  # 20,000 records
     svc, replies = owned_service(f, kv)
-    svc.slice_clock = FakeClock(0.0001)  # each slice: ~320 records
+    svc.questions.slice_clock = FakeClock(0.0001)  # each slice: ~320 records
     turns: list[int] = []  # the number of slices walked when another task had its turn
 
     async def other_work() -> None:
@@ -349,7 +349,7 @@ async def test_the_service_answers_a_long_question_a_slice_per_turn_of_its_loop(
         await ticker
     assert replies[0].counts == {"count": 20_000}
     assert len(turns) >= 50  # it ran between the ~63 slices (the code before answered all 20,000 in one go)
-    assert svc._walker is None and not svc._walks
+    assert svc.questions._walker is None and not svc.questions._walks
 
 
 async def test_a_question_of_a_partition_that_moved_is_given_up() -> None:
@@ -357,12 +357,12 @@ async def test_a_question_of_a_partition_that_moved_is_given_up() -> None:
     f = make(kv)
     recorded(f, keys=2, per_key=2000)
     svc, replies = owned_service(f, kv)
-    svc.slice_clock = FakeClock(0.0001)
+    svc.questions.slice_clock = FakeClock(0.0001)
     await svc.handle_control(0, ControlCommand(action="query", query=query("count")), Event())
-    walk = svc._walks[0].walk
-    del svc._owned[0]  # revoked while its question is walked
+    walk = svc.questions._walks[0].walk
+    del svc.partitions.owned[0]  # revoked while its question is walked
     async with asyncio.timeout(10):
-        while svc._walker is not None:
+        while svc.questions._walker is not None:
             await asyncio.sleep(0)
     assert not replies and walk._cursors == ()  # no answer (its asker times out), its cursor let go
 

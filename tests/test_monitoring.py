@@ -364,10 +364,10 @@ def frontier_service() -> Iterator[tuple[FrontierService, PartitionFrontier, Mem
     cfg = replace(cfg, topics=replace(cfg.topics, partitions=4))
     svc = FrontierService(cfg, clock=lambda: 1000.0)
     scope = "books.example.com"
-    p = min(svc._watch_partitions(scope) or {0})
+    p = min(svc.reporting.watch_partitions(scope) or {0})
     kv = MemoryKV()
     f = PartitionFrontier(p, kv, cfg.frontier, cfg.throttle, lambda k, v: None, user_agent="t")
-    svc._owned[p] = _Owned(frontier=f, kv=kv, writer=cast(Any, None))
+    svc.partitions.owned[p] = _Owned(frontier=f, kv=kv, writer=cast(Any, None))
     yield svc, f, kv, scope
 
 
@@ -381,8 +381,8 @@ def test_budget_scopes_counted_from_their_stored_state(
 
     kv.put(state_key(scope), msgspec.json.encode(ScopeState(bud_mode=1, bud_size=10, bud_period=60)))
     assert budgets() == {(("state", "learned"),): 0, (("state", "spent"),): 0}  # no budget change seen
-    svc._delay_changed(scope, 1.0, 6.0, "budget", Cause.BUDGET, 0.0)
-    svc._delay_changed("other.test", 1.0, 2.0, "429", Cause.LIMIT, 0.0)  # not a budget: not followed
+    svc.reporting.delay_changed(scope, 1.0, 6.0, "budget", Cause.BUDGET, 0.0)
+    svc.reporting.delay_changed("other.test", 1.0, 2.0, "429", Cause.LIMIT, 0.0)  # not a budget: not followed
     assert budgets() == {(("state", "learned"),): 1, (("state", "spent"),): 1}
     kv.put(state_key(scope), msgspec.json.encode(ScopeState(bud_mode=3, bud_size=10, bud_period=60)))
     assert budgets() == {(("state", "learned"),): 1, (("state", "spent"),): 0}  # pacing
@@ -392,7 +392,7 @@ def test_budget_scopes_counted_from_their_stored_state(
     for i in range(MAX_BUDGET_SCOPES + 10):
         svc.metrics.note_budget(f"s{i}.test")
     assert len(svc.metrics.budgeted) == MAX_BUDGET_SCOPES
-    totals = svc.metric_totals()
+    totals = svc.reporting.metric_totals()
     assert totals["topic_partitions"] == 4 and totals["budget_learned"] == 0  # none of them here
     assert not svc.metrics.budgeted
 

@@ -338,7 +338,7 @@ async def test_the_service_dispatch_loop_sweeps_and_closes_the_tombstones_with_a
     svc = FrontierService(cfg, clock=lambda: clock[0])
     rec = Recorder()
     kv = MemoryKV()
-    f = PartitionFrontier(0, kv, cfg.frontier, cfg.throttle, svc._changelog(0))
+    f = PartitionFrontier(0, kv, cfg.frontier, cfg.throttle, svc.partitions.changelog(0))
     serve(svc, rec, f, kv)
     f.rebuild(clock[0])
     old, recent = b"S" + bytes(16), b"S" + b"\x80" + bytes(15)
@@ -352,7 +352,7 @@ async def test_the_service_dispatch_loop_sweeps_and_closes_the_tombstones_with_a
     sent = [(key, value) for topic, key, value in rec.sent if topic == cfg.topics.state]
     tombstone = sent.index((old, None))
     assert (ACK_KEY, None) in sent[tombstone:]  # the round's marker closes it (acknowledged like any write)
-    assert svc.stats()["forgotten"] == 1  # in the status totals
+    assert svc.reporting.stats()["forgotten"] == 1  # in the status totals
 
 
 def test_a_lease_restored_after_a_crash_between_done_and_its_deletion_is_open_again() -> None:

@@ -64,33 +64,33 @@ async def test_an_event_between_a_revoke_and_the_assignment_that_gives_its_parti
     group's next assignment: given back, it is applied; given to another instance, it is left for
     it (read again from the committed offset)."""
     svc, _, f = service(FrontierConfig(robots_obey=False, dispatch_lead=0.0))
-    owned = svc._owned[0]
+    owned = svc.partitions.owned[0]
     reopened: list[int] = []
 
     async def reopen(p: int) -> None:
         reopened.append(p)
-        svc._owned[p] = owned  # (its store, opened again)
+        svc.partitions.owned[p] = owned  # (its store, opened again)
 
-    svc._open_retrying = reopen  # type: ignore[method-assign]
-    await svc.on_revoked({5})  # a rebalance begins (partition 0's close, done below, is not what is tested)
-    svc._owned.pop(0)  # revoked: closed here
-    svc._assigned = set()
+    svc.lifecycle._open_retrying = reopen  # type: ignore[method-assign]
+    await svc.lifecycle.on_revoked({5})  # a rebalance begins (partition 0's close, done below, is not what is tested)
+    svc.partitions.owned.pop(0)  # revoked: closed here
+    svc.lifecycle._assigned = set()
     batch = EncodedUrlBatch(items=[encode(parse_input(b"http://a.test/1"))])
     event = OffsetEvent(7)
     waiting = asyncio.ensure_future(svc.handle_urls(0, batch, event))
     await asyncio.sleep(0.05)
     assert not waiting.done()  # the assignment is not known yet
-    svc.on_assigned({0})  # given back
+    svc.lifecycle.on_assigned({0})  # given back
     await asyncio.wait_for(waiting, 5)
     await settle(svc)
     assert reopened == [0] and event.acked and f.queued_hosts() == 1
 
     elsewhere = OffsetEvent(8)
-    svc._owned.pop(0)
-    await svc.on_revoked({0})
+    svc.partitions.owned.pop(0)
+    await svc.lifecycle.on_revoked({0})
     waiting = asyncio.ensure_future(svc.handle_urls(0, batch, elsewhere))
     await asyncio.sleep(0.05)
-    svc.on_assigned({1})  # given to another instance
+    svc.lifecycle.on_assigned({1})  # given to another instance
     await asyncio.wait_for(waiting, 5)
     assert not elsewhere.acked
 
@@ -105,15 +105,15 @@ async def test_a_store_that_does_not_open_is_retried_shown_and_then_fatal(monkey
         tries.append(p)
         raise RuntimeError("IO error: While lock file: /state/p3/LOCK: Resource temporarily unavailable")
 
-    monkeypatch.setattr(svc, "_open", failing)
-    svc.on_assigned({3})
+    monkeypatch.setattr(svc.lifecycle, "_open", failing)
+    svc.lifecycle.on_assigned({3})
     event = Event()
     waiting = asyncio.ensure_future(svc.handle_urls(3, EncodedUrlBatch(items=[]), event))
     await asyncio.sleep(0.02)
-    assert 3 in svc.unserved and "While lock file" in svc.unserved[3]
-    text = render([svc.status(1000.0)], now=1000.0)
+    assert 3 in svc.partitions.unserved and "While lock file" in svc.partitions.unserved[3]
+    text = render([svc.reporting.status(1000.0)], now=1000.0)
     assert "partition 3 not served: RuntimeError: IO error: While lock file" in text
-    assert svc.metric_totals()["partitions_unserved"] == 1
+    assert svc.reporting.metric_totals()["partitions_unserved"] == 1
     await asyncio.wait_for(waiting, 5)  # the event is not parked forever: given up with the partition
     assert not event.acked and len(tries) == lifecycle_module.OPEN_ATTEMPTS
     assert svc.failure is not None and "partition 3 could not be opened" in str(svc.failure)
@@ -133,12 +133,12 @@ async def test_a_store_that_opens_on_a_later_try_is_served(monkeypatch: pytest.M
         if len(tries) < 3:
             raise OSError("standby copy not handed back in time")
         kv = MemoryKV()
-        serve(svc, rec, PartitionFrontier(p, kv, svc.cfg.frontier, svc.cfg.throttle, svc._changelog(p)), kv)
+        serve(svc, rec, PartitionFrontier(p, kv, svc.cfg.frontier, svc.cfg.throttle, svc.partitions.changelog(p)), kv)
 
-    monkeypatch.setattr(svc, "_open", flaky)
-    svc.on_assigned({1})
-    await asyncio.wait_for(asyncio.gather(*svc._restoring.values()), 5)
-    assert len(tries) == 3 and svc.unserved == {} and svc.owned_partitions() == {1} and svc.failure is None
+    monkeypatch.setattr(svc.lifecycle, "_open", flaky)
+    svc.lifecycle.on_assigned({1})
+    await asyncio.wait_for(asyncio.gather(*svc.partitions.restoring.values()), 5)
+    assert len(tries) == 3 and svc.partitions.unserved == {} and svc.partitions.served() == {1} and svc.failure is None
 
 
 async def test_a_restored_partition_applies_waiting_feedback_before_expiring_leases() -> None:
@@ -148,7 +148,7 @@ async def test_a_restored_partition_applies_waiting_feedback_before_expiring_lea
     svc, _, f = owned_service(lambda: now[0])
     f.ingest([parse_input(b"http://a.test/1")], now[0])
     [job] = f.dispatch(now[0]).jobs
-    owned = svc._owned[0]
+    owned = svc.partitions.owned[0]
     owned.feedback_due, owned.expire_from = 41, now[0] + 3600  # the feedback waiting at open ends at 41
     now[0] = job.expires_at + 600  # the partition was unowned far past the lease's deadline
     svc.dispatch_once()
@@ -168,7 +168,7 @@ async def test_waiting_feedback_holds_expiry_only_for_a_bounded_time() -> None:
     svc, _, f = owned_service(lambda: now[0])
     f.ingest([parse_input(b"http://b.test/1")], now[0])
     [job] = f.dispatch(now[0]).jobs
-    svc._owned[0].feedback_due, svc._owned[0].expire_from = 99, job.expires_at + 700
+    svc.partitions.owned[0].feedback_due, svc.partitions.owned[0].expire_from = 99, job.expires_at + 700
     now[0] = job.expires_at + 600
     svc.dispatch_once()
     assert f.stats.lost == 0
@@ -197,9 +197,9 @@ async def test_a_fenced_partition_is_dropped_without_a_clean_marker() -> None:
             super().put(key, value)
 
     kv = Store()
-    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc._changelog(0))
+    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc.partitions.changelog(0))
     serve(svc, rec, f, kv)
-    svc._owned[0].writer._on_failure = svc._write_failed
+    svc.partitions.owned[0].writer._on_failure = svc.lifecycle._write_failed
     f.ingest([parse_input(b"http://c.test/1")], 1000.0)
     event = Event()
     await svc.handle_urls(0, EncodedUrlBatch(items=[encode(parse_input(b"http://c.test/2"))]), event)
@@ -207,8 +207,8 @@ async def test_a_fenced_partition_is_dropped_without_a_clean_marker() -> None:
     while not closed:
         assert asyncio.get_running_loop().time() < deadline
         await asyncio.sleep(0.01)
-    assert not event.acked and svc.owned_partitions() == set() and "fenced" in svc.unserved[0]
-    assert 0 not in svc._restoring  # fenced: another instance owns it, not reopened here
+    assert not event.acked and svc.partitions.served() == set() and "fenced" in svc.partitions.unserved[0]
+    assert 0 not in svc.partitions.restoring  # fenced: another instance owns it, not reopened here
 
 
 async def _failed_commit(svc: FrontierService, code: int, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -228,22 +228,22 @@ async def _failed_commit(svc: FrontierService, code: int, monkeypatch: pytest.Mo
             closed.append("closed")
 
     kv = Store()
-    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc._changelog(0))
+    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc.partitions.changelog(0))
     serve(svc, Failing(), f, kv)
-    svc._owned[0].writer._on_failure = svc._write_failed
+    svc.partitions.owned[0].writer._on_failure = svc.lifecycle._write_failed
     opened: list[int] = []
 
     async def reopen(p: int) -> None:
         opened.append(p)
 
-    svc._open_retrying = reopen  # type: ignore[method-assign]
+    svc.lifecycle._open_retrying = reopen  # type: ignore[method-assign]
     svc.running = True
     await svc.handle_urls(0, EncodedUrlBatch(items=[encode(parse_input(b"http://c.test/2"))]), Event())
     deadline = asyncio.get_running_loop().time() + 5
-    while not closed or svc._dropping:
+    while not closed or svc.lifecycle._dropping:
         assert asyncio.get_running_loop().time() < deadline
         await asyncio.sleep(0.01)
-    await asyncio.gather(*svc._restoring.values())  # the opens started, run to their end
+    await asyncio.gather(*svc.partitions.restoring.values())  # the opens started, run to their end
     return opened
 
 
@@ -258,10 +258,10 @@ async def test_a_partition_the_group_still_assigns_here_is_opened_again_after_a_
     assigns here is opened again; one it does not (revoked meanwhile) is not."""
     settings = FrontierConfig(robots_obey=False, dispatch_lead=0.0)
     svc = FrontierService(replace(Config(), frontier=settings), clock=lambda: 1000.0)
-    svc._assigned = {0}
+    svc.lifecycle._assigned = {0}
     assert await _failed_commit(svc, code, monkeypatch) == [0]
     revoked = FrontierService(replace(Config(), frontier=settings), clock=lambda: 1000.0)
-    revoked._assigned = set()  # revoked before the failed store was closed
+    revoked.lifecycle._assigned = set()  # revoked before the failed store was closed
     assert await _failed_commit(revoked, code, monkeypatch) == []
 
 
@@ -274,28 +274,28 @@ async def test_a_partition_fenced_again_after_it_was_taken_back_waits_for_the_gr
     it is left to the other instance until the group assigns partitions again."""
     settings = FrontierConfig(robots_obey=False, dispatch_lead=0.0)
     svc = FrontierService(replace(Config(), frontier=settings), clock=lambda: 1000.0)
-    svc._assigned = {0}
+    svc.lifecycle._assigned = {0}
     assert await _failed_commit(svc, KafkaError._FENCED, monkeypatch) == [0]  # taken back
-    svc._restoring.clear()  # (the open, replaced here, is over)
+    svc.partitions.restoring.clear()  # (the open, replaced here, is over)
     assert await _failed_commit(svc, KafkaError._FENCED, monkeypatch) == []  # fenced again: left
-    svc._open_retrying = lambda p: asyncio.sleep(0)  # type: ignore[method-assign,assignment,return-value]
-    svc.on_assigned({0})  # the group spoke again
-    await asyncio.gather(*svc._restoring.values())
-    svc._restoring.clear()
+    svc.lifecycle._open_retrying = lambda p: asyncio.sleep(0)  # type: ignore[method-assign,assignment,return-value]
+    svc.lifecycle.on_assigned({0})  # the group spoke again
+    await asyncio.gather(*svc.partitions.restoring.values())
+    svc.partitions.restoring.clear()
     assert await _failed_commit(svc, KafkaError._FENCED, monkeypatch) == [0]
-    svc._restoring.clear()
+    svc.partitions.restoring.clear()
     assert await _failed_commit(svc, KafkaError._FATAL, monkeypatch) == [0]  # a failed commit: always rebuilt
 
 
 async def test_the_assignment_is_what_the_group_said_last() -> None:
     svc = FrontierService(Config(), clock=lambda: 1000.0)
-    svc._open_retrying = lambda p: asyncio.sleep(0)  # type: ignore[method-assign,assignment,return-value]
-    svc.on_assigned({1, 2})
-    await svc.on_revoked({2})
-    assert svc._assigned == {1}
-    svc.on_assigned({3})
-    assert svc._assigned == {3}
-    for task in list(svc._restoring.values()):
+    svc.lifecycle._open_retrying = lambda p: asyncio.sleep(0)  # type: ignore[method-assign,assignment,return-value]
+    svc.lifecycle.on_assigned({1, 2})
+    await svc.lifecycle.on_revoked({2})
+    assert svc.lifecycle._assigned == {1}
+    svc.lifecycle.on_assigned({3})
+    assert svc.lifecycle._assigned == {3}
+    for task in list(svc.partitions.restoring.values()):
         await task
 
 
@@ -344,7 +344,7 @@ def owned_service(clock: Callable[[], float] = lambda: 1000.0) -> tuple[Frontier
     svc = FrontierService(replace(Config(), frontier=settings), clock=clock)
     rec = Recorder()
     kv = MemoryKV()
-    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc._changelog(0))
+    f = PartitionFrontier(0, kv, settings, svc.cfg.throttle, svc.partitions.changelog(0))
     serve(svc, rec, f, kv)
     f.rebuild(clock())
     return svc, rec, f

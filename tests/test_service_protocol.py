@@ -120,8 +120,7 @@ def serve(svc: FrontierService, rec: Recorder, f: PartitionFrontier, kv: Any) ->
     """Make ``f`` a partition ``svc`` owns, its writes going through ``rec`` in transactions."""
     svc._producer = rec  # type: ignore[assignment]
     writer = PartitionWriter(rec, svc.topics.state, f.partition, -1)
-    svc._owned[f.partition] = _Owned(frontier=f, kv=kv, writer=writer)
-    svc._ready[f.partition].set()
+    svc.partitions.owned[f.partition] = _Owned(frontier=f, kv=kv, writer=writer)
 
 
 def service(settings: FrontierConfig) -> tuple[FrontierService, Recorder, PartitionFrontier]:
@@ -129,7 +128,7 @@ def service(settings: FrontierConfig) -> tuple[FrontierService, Recorder, Partit
     svc = FrontierService(cfg, clock=lambda: 1000.0)
     rec = Recorder()
     kv = MemoryKV()
-    f = PartitionFrontier(0, kv, settings, cfg.throttle, svc._changelog(0), user_agent="t")
+    f = PartitionFrontier(0, kv, settings, cfg.throttle, svc.partitions.changelog(0), user_agent="t")
     serve(svc, rec, f, kv)
     f.rebuild(1000.0)
     return svc, rec, f
@@ -141,7 +140,7 @@ async def settle(svc: FrontierService | None = None) -> None:
     while True:
         for _ in range(5):
             await asyncio.sleep(0)
-        busy = svc is not None and any(o.writer._committing is not None for o in svc._owned.values())
+        busy = svc is not None and any(o.writer._committing is not None for o in svc.partitions.owned.values())
         if not busy or time.monotonic() > deadline:
             return
         await asyncio.sleep(0.002)
@@ -236,14 +235,14 @@ async def test_the_gates_gauge_map_is_pruned_with_every_status_snapshot() -> Non
     """Ended gates are forgotten at each status snapshot (every 2 s), not only when Prometheus
     scrapes: without a scraper (the default) the map grew with every host ever gated."""
     svc, _, _ = service(FrontierConfig(robots_obey=False))
-    svc.clock = lambda: 900.0
+    svc.reporting.clock = lambda: 900.0
     for n in range(10_000):
         until = 1000.0 + (n % 2) * 100  # half of them still open
-        svc._delay_changed(f"h{n}.test", 0.1, 0.2, "gate", Cause.GATE, until)
-    assert len(svc._gates) == 10_000
-    svc.clock = lambda: 1050.0
-    svc.publish_status(1050.0)
-    assert len(svc._gates) == 5_000
+        svc.reporting.delay_changed(f"h{n}.test", 0.1, 0.2, "gate", Cause.GATE, until)
+    assert len(svc.reporting._gates) == 10_000
+    svc.reporting.clock = lambda: 1050.0
+    svc.reporting.publish_status(1050.0)
+    assert len(svc.reporting._gates) == 5_000
 
 
 async def test_a_refused_control_command_goes_to_rejected_and_is_acknowledged(monkeypatch: pytest.MonkeyPatch) -> None:

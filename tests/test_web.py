@@ -252,24 +252,24 @@ def test_watch_checks_first_and_sends_one_command_per_scope_per_interval() -> No
     service, producer = service_with(clock)
     for bad in BAD_SCOPES:
         with pytest.raises(ValueError):
-            service.watch(bad)
-    assert producer.sent == [] and service._watch_sent == {}  # nothing stored or sent before the check
-    assert service.watch("Books.Example.COM.")
+            service.reporting.watch(bad)
+    assert producer.sent == [] and service.reporting._watch_sent == {}  # nothing stored or sent before the check
+    assert service.reporting.watch("Books.Example.COM.")
     (topic, value, partition), = producer.sent  # fmt: skip
     assert topic == service.topics.control and partition == partition_of("example.com", service.topics.partitions)
     assert decode(value or b"", ControlCommand).scope == "books.example.com"
     clock.now += WATCH_RESEND - 1
-    assert not service.watch("books.example.com") and len(producer.sent) == 1
+    assert not service.reporting.watch("books.example.com") and len(producer.sent) == 1
     clock.now += 1
-    assert service.watch("books.example.com") and len(producer.sent) == 2
+    assert service.reporting.watch("books.example.com") and len(producer.sent) == 2
 
 
 def test_watch_sends_to_every_partition_with_ip_scope_except_for_an_address_scope() -> None:
     service, producer = service_with(Clock(), ip_scope=True)
-    service.watch("a.example.com")
+    service.reporting.watch("a.example.com")
     assert sorted(p for _, _, p in producer.sent) == list(range(service.topics.partitions))
     producer.sent.clear()
-    service.watch("ip:192.0.2.1")
+    service.reporting.watch("ip:192.0.2.1")
     assert [p for _, _, p in producer.sent] == [partition_of("ip:192.0.2.1", service.topics.partitions)]
 
 
@@ -278,15 +278,15 @@ def test_a_full_ask_map_refuses_for_a_while_never_for_good() -> None:
     service, _ = service_with(clock)
     for i in range(MAX_WATCH_SENT):
         clock.now += 0.001
-        assert service.watch(f"h{i}.test")
+        assert service.reporting.watch(f"h{i}.test")
     with pytest.raises(WatchBusy):
-        service.watch("one-more.test")
-    assert len(service._watch_sent) == MAX_WATCH_SENT
+        service.reporting.watch("one-more.test")
+    assert len(service.reporting._watch_sent) == MAX_WATCH_SENT
     clock.now += WATCH_RESEND  # the old asks age out and make room
-    assert service.watch("one-more.test")
-    assert len(service._watch_sent) == 1
-    service.status(clock.now + WATCH_RESEND)  # each snapshot prunes as well
-    assert service._watch_sent == {}
+    assert service.reporting.watch("one-more.test")
+    assert len(service.reporting._watch_sent) == 1
+    service.reporting.status(clock.now + WATCH_RESEND)  # each snapshot prunes as well
+    assert service.reporting._watch_sent == {}
 
 
 async def test_watch_commands_are_checked_bounded_and_age_out() -> None:
@@ -298,7 +298,7 @@ async def test_watch_commands_are_checked_bounded_and_age_out() -> None:
     bad.append(ControlCommand(action="watch", scope="example.com"))  # on the wrong partition
     for cmd in bad:
         await service.handle_control((p + 1) % n if cmd.scope == "example.com" else p, cmd, Event())
-    assert service.watched == {}
+    assert service.reporting.watched == {}
     rejected = [decode(v or b"", Rejected) for t, v, _ in producer.sent if t == service.topics.rejected]
     assert len(rejected) == len(bad) and all(r.reason.startswith("watch refused: ") for r in rejected)
     assert rejected[-1].reason.endswith(f"is in partition {p}, not {(p + 1) % n}")
@@ -306,10 +306,10 @@ async def test_watch_commands_are_checked_bounded_and_age_out() -> None:
         clock.now += 0.01
         scope = f"h{i}.test"
         await service.handle_control(partition_of(scope, n), ControlCommand(action="watch", scope=scope), Event())
-        assert scope in service.watched and len(service.watched) <= MAX_WATCHED
-    assert set(service.watched) == {f"h{i}.test" for i in range(50, MAX_WATCHED + 50)}
-    service.status(clock.now + WATCH_SECONDS)  # expired at the next snapshot
-    assert service.watched == {}
+        assert scope in service.reporting.watched and len(service.reporting.watched) <= MAX_WATCHED
+    assert set(service.reporting.watched) == {f"h{i}.test" for i in range(50, MAX_WATCHED + 50)}
+    service.reporting.status(clock.now + WATCH_SECONDS)  # expired at the next snapshot
+    assert service.reporting.watched == {}
 
 
 def test_status_reports_a_watched_scope_from_its_partition() -> None:
@@ -319,13 +319,13 @@ def test_status_reports_a_watched_scope_from_its_partition() -> None:
     p = partition_of("quiet.test", n)
     kv = MemoryKV()
     frontier = PartitionFrontier(p, kv, service.cfg.frontier, service.cfg.throttle, lambda k, v: None)
-    service._owned[p] = _Owned(frontier=frontier, kv=kv, writer=None)  # type: ignore[arg-type]  # no writes here
+    service.partitions.owned[p] = _Owned(frontier=frontier, kv=kv, writer=None)  # type: ignore[arg-type]  # no writes here
     busy = [UrlItem(url=f"http://busy{i}.test/", host=f"busy{i}.test", domain=f"busy{i}.test") for i in range(30)]
     quiet = UrlItem(url="http://quiet.test/", host="quiet.test", domain="quiet.test", scopes=["api"])
     frontier.ingest([*busy, quiet], clock.now)
-    assert "quiet.test" not in {r.scope for r in service.status(clock.now, top=5).scopes}
-    service._add_watch("quiet.test#api", clock.now)
-    rows = {r.scope: r for r in service.status(clock.now, top=5).scopes}
+    assert "quiet.test" not in {r.scope for r in service.reporting.status(clock.now, top=5).scopes}
+    service.reporting.add_watch("quiet.test#api", clock.now)
+    rows = {r.scope: r for r in service.reporting.status(clock.now, top=5).scopes}
     assert rows["quiet.test#api"].queued == 1 and len(rows) == 6
 
 

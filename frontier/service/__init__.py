@@ -2,9 +2,11 @@
 dispatch loop and its Kafka wiring.
 
 Owns: ``service`` (``FrontierService``: applies events to owned partitions, acks after the
-changelog, dispatch, status snapshots), ``app`` (the faust app: consumers and rebalances),
-``restore`` (open a partition's RocksDB and replay its changelog), ``standby`` (warm copies of
-other partitions) and ``rocks`` (the RocksDB store).
+changelog, dispatch; it owns its parts: ``owned`` (the partitions served here, shared by the
+parts), ``lifecycle`` (partitions opened, retried, closed, dropped), ``reporting`` (status
+snapshots, gauges, watches) and ``questions`` (a URLFrontier gateway's questions)), ``app``
+(the faust app: consumers and rebalances), ``restore`` (open a partition's RocksDB and replay
+its changelog), ``standby`` (warm copies of other partitions) and ``rocks`` (the RocksDB store).
 
 May import: everything in ``frontier`` except the command line, the client and the demo.
 """

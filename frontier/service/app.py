@@ -135,10 +135,10 @@ def build_app(cfg: Config, kafka: Kafka | None = None) -> tuple[faust.App, Front
     consume(t.control, "control", ControlCommand, service.handle_control)
 
     async def assigned(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
-        service.on_assigned({tp.partition for tp in args[0] if tp.topic == t.bydomain})
+        service.lifecycle.on_assigned({tp.partition for tp in args[0] if tp.topic == t.bydomain})
 
     async def revoked(sender: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
-        await service.on_revoked({tp.partition for tp in args[0] if tp.topic == t.bydomain})
+        await service.lifecycle.on_revoked({tp.partition for tp in args[0] if tp.topic == t.bydomain})
 
     # cast: mode's SignalHandlerT alias is declared so that no coroutine function matches it
     app.on_partitions_assigned.connect(cast(Any, assigned))
@@ -166,7 +166,7 @@ def build_app(cfg: Config, kafka: Kafka | None = None) -> tuple[faust.App, Front
                     raise RuntimeError(f"router failed: {router.error}")
                 if time.monotonic() - last_lag > LAG_INTERVAL:
                     last_lag = time.monotonic()
-                    owned = sorted(service.owned_partitions())
+                    owned = sorted(service.partitions.served())
                     for role, topic in (("bydomain", t.bydomain), ("feedback", t.feedback), ("control", t.control)):
                         try:
                             value = await asyncio.to_thread(probe.measure, topic, owned)
@@ -198,7 +198,7 @@ async def start_web(cfg: Config, service: FrontierService) -> web.AppRunner:
     check_exposure(cfg.frontier)
     feed = StatusFeed(service.kafka, cfg.topics.status)
     feed.start()
-    app = build_web(feed, service, cfg.frontier.web_token)
+    app = build_web(feed, service.reporting, cfg.frontier.web_token)
     app.on_cleanup.append(lambda _app: asyncio.to_thread(feed.stop))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()

@@ -3,8 +3,9 @@ store restored, retried with backoff while it fails and shown in status), closed
 marker at the last record the store holds, dropped when fenced or failed, and opened again if the
 group still assigns it here (a failed commit: rebuilt; fenced: a zombie took the partition's
 transactional id, e.g. an instance whose open was still under way when the partition was revoked
-from it, and is fenced back). A mixin of :class:`~frontier.service.service.FrontierService` (the
-attributes below are set there).
+from it, and is fenced back). :class:`Lifecycle` is a part of
+:class:`~frontier.service.service.FrontierService`; the partitions it opens are in the
+:class:`~frontier.service.owned.Partitions` the service's parts share.
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ import time
 from collections.abc import Callable
 
 from frontier.config import Config
-from frontier.core.causes import Cause
 from frontier.partition import PartitionFrontier
+from frontier.partition.records import ChangeHook
 from frontier.service.crawls import CrawlDirectory
-from frontier.service.owned import _Owned
+from frontier.service.owned import Partitions, _Owned
 from frontier.service.restore import close_partition, db_path, feedback_backlog_end, open_partition
 from frontier.service.standby import Standby
 from frontier.service.writer import PartitionWriter, WriteFailed
-from topics.catalog import Topics
 from topics.kafka import Kafka
 
 log = logging.getLogger("frontier")
@@ -41,44 +41,70 @@ REASSIGN_WAIT = 3 * GROUP_SESSION
 
 
 class Lifecycle:
-    cfg: Config
-    topics: Topics
-    kafka: Kafka
-    clock: Callable[[], float]
-    running: bool
-    standby: Standby | None
-    directory: CrawlDirectory | None
-    unserved: dict[int, str]
-    failure: Exception | None
-    _owned: dict[int, _Owned]
-    _ready: dict[int, asyncio.Event]
-    _restoring: dict[int, asyncio.Task[None]]
-    _assigned: set[int]
-    _assignment: asyncio.Event
-    _retaken: set[int]
-    _dropping: set[asyncio.Task[None]]
-    _wake: asyncio.Event
+    """Opens, retries, closes and drops the partitions the group assigns here, and keeps the
+    standby copies of the others. Interface: :meth:`on_assigned`, :meth:`on_revoked` (the group's
+    rebalances), :meth:`close`. Owns the writers and stores of the partitions it opens (put in
+    ``partitions``, which only it changes), the group's last assignment, the partitions fenced and
+    taken back since, the drops under way and the :class:`Standby` copies. Given the
+    configuration, the Kafka clients, the clock, the shared :class:`Partitions`, and callables:
+    ``on_change`` (every scope's delay change, handed to each partition opened), ``wake`` (the
+    dispatch loop), ``fatal`` (a partition that cannot be opened: the process gives up),
+    ``running`` (the service is not closing) and ``directory`` (the crawls' workers, once
+    started)."""
 
-    def _changelog(self, p: int) -> Callable[[bytes, bytes | None], None]:
-        raise NotImplementedError
+    def __init__(
+        self,
+        cfg: Config,
+        kafka: Kafka,
+        clock: Callable[[], float],
+        partitions: Partitions,
+        on_change: ChangeHook,
+        wake: Callable[[], None],
+        fatal: Callable[[Exception], None],
+        running: Callable[[], bool],
+        directory: Callable[[], CrawlDirectory | None],
+    ) -> None:
+        self.cfg = cfg
+        self.topics = cfg.topics
+        self.kafka = kafka
+        self.clock = clock
+        self.partitions = partitions
+        self._on_change = on_change
+        self._wake = wake
+        self._fatal = fatal
+        self._running = running
+        self._directory = directory
+        self._assigned: set[int] = set()  # the partitions the group assigns here now
+        self._retaken: set[int] = set()  # fenced and taken back since the group last assigned
+        self._dropping: set[asyncio.Task[None]] = set()
+        self.standby: Standby | None = None
+        if cfg.frontier.standby_replicas:
+            self.standby = Standby(kafka, self.topics.state, cfg.frontier.state_dir, cfg.frontier.app_id)
 
-    def _delay_changed(self, scope: str, old: float, new: float, cause: str, kind: Cause, gate_until: float) -> None:
-        raise NotImplementedError
+    async def close(self) -> None:
+        """Close every partition (cleanly where its writes committed), then the standby copies."""
+        parts = self.partitions
+        await self.on_revoked(set(parts.owned) | set(parts.restoring))
+        if self._dropping:
+            await asyncio.gather(*self._dropping, return_exceptions=True)
+        if self.standby is not None:
+            await asyncio.to_thread(self.standby.close)
 
     def on_assigned(self, partitions: set[int]) -> None:
+        parts = self.partitions
         self._assigned = set(partitions)
-        self._assignment.set()
+        parts.assignment.set()
         self._retaken.clear()  # the group spoke again: a fenced partition may be taken back once more
         for p in sorted(partitions):
-            if p not in self._owned and p not in self._restoring:
-                self._restoring[p] = asyncio.ensure_future(self._open_retrying(p))
+            if p not in parts.owned and p not in parts.restoring:
+                parts.restoring[p] = asyncio.ensure_future(self._open_retrying(p))
         if self.standby is not None:
-            for p in set(range(self.topics.partitions)) - partitions - set(self._owned):
+            for p in set(range(self.topics.partitions)) - partitions - set(parts.owned):
                 self.standby.add(p)
 
     async def _open_retrying(self, p: int) -> None:
         """Open ``p``, retried with backoff while it fails (shown in status meanwhile); past
-        ``OPEN_ATTEMPTS`` the process gives up (:attr:`failure`: the dispatch loop raises it, the
+        ``OPEN_ATTEMPTS`` the process gives up (``fatal``: the dispatch loop raises it, the
         process exits non-zero and its supervisor restarts it)."""
         for attempt in range(1, OPEN_ATTEMPTS + 1):
             try:
@@ -87,17 +113,16 @@ class Lifecycle:
                 raise
             except Exception as exc:  # noqa: BLE001 - shown, retried, then fatal
                 reason = f"{type(exc).__name__}: {exc}"[:300]
-                self.unserved[p] = reason
+                self.partitions.unserved[p] = reason
                 log.error("partition %d not served (attempt %d of %d): %s", p, attempt, OPEN_ATTEMPTS, reason)
                 if attempt == OPEN_ATTEMPTS:
-                    self.failure = RuntimeError(f"partition {p} could not be opened: {reason}")
-                    self._wake.set()
+                    self._fatal(RuntimeError(f"partition {p} could not be opened: {reason}"))
                     break
                 await asyncio.sleep(min(OPEN_BACKOFF * 2 ** (attempt - 1), 30.0))
             else:
-                self.unserved.pop(p, None)
+                self.partitions.unserved.pop(p, None)
                 break
-        self._restoring.pop(p, None)
+        self.partitions.restoring.pop(p, None)
 
     def _new_writer(self, p: int) -> PartitionWriter:
         producer = self.kafka.producer(**{"transactional.id": f"{self.cfg.frontier.app_id}-p{p}"})
@@ -118,17 +143,17 @@ class Lifecycle:
             await writer.close()
             raise
         writer.applied = applied
-        frontier = PartitionFrontier(p, kv, self.cfg.frontier, self.cfg.throttle, self._changelog(p),
-                                     user_agent=self.cfg.worker.user_agent, on_change=self._delay_changed)  # fmt: skip
+        frontier = PartitionFrontier(p, kv, self.cfg.frontier, self.cfg.throttle, self.partitions.changelog(p),
+                                     user_agent=self.cfg.worker.user_agent, on_change=self._on_change)  # fmt: skip
         owned = _Owned(frontier=frontier, kv=kv, writer=writer)
         owned.feedback_due = await asyncio.to_thread(self._feedback_waiting, p)
         owned.expire_from = self.clock() + self.cfg.frontier.lease_grace + self.cfg.frontier.fetch_timeout
-        self._owned[p] = owned
+        self.partitions.owned[p] = owned
         owned.frontier.rebuild(self.clock())
-        if self.directory is not None:  # before its first dispatch: crawls nobody works for wait
-            owned.frontier.set_served_crawls(self.directory.served(), self.clock())
-        self._ready[p].set()
-        self._wake.set()
+        directory = self._directory()
+        if directory is not None:  # before its first dispatch: crawls nobody works for wait
+            owned.frontier.set_served_crawls(directory.served(), self.clock())
+        self._wake()
         log.info(
             "partition %d ready: %d changelog records replayed in %.2fs, %d in flight, %d hosts due",
             p, replayed, time.monotonic() - started, owned.frontier.inflight, owned.frontier.queued_hosts(),
@@ -144,16 +169,16 @@ class Lifecycle:
             return 1 << 62
 
     async def on_revoked(self, partitions: set[int]) -> None:
+        parts = self.partitions
         self._assigned -= partitions  # (first: a write failing meanwhile must not open it again)
-        self._assignment.clear()  # events of these partitions wait for the next assignment (_partition)
+        parts.assignment.clear()  # events of these partitions wait for the next assignment (Partitions.serving)
         for p in sorted(partitions):
-            task = self._restoring.pop(p, None)
+            task = parts.restoring.pop(p, None)
             if task is not None:
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
-            self.unserved.pop(p, None)
-            self._ready[p].clear()
-            owned = self._owned.pop(p, None)
+            parts.unserved.pop(p, None)
+            owned = parts.owned.pop(p, None)
             if owned is None:
                 continue
             applied = await owned.writer.close()
@@ -163,7 +188,7 @@ class Lifecycle:
             else:
                 close_partition(owned.kv, applied)
                 log.info("partition %d closed cleanly at changelog offset %d", p, applied)
-            if self.standby is not None and self.running:
+            if self.standby is not None and self._running():
                 self.standby.add(p)
 
     def _write_failed(self, failure: WriteFailed) -> None:
@@ -178,12 +203,11 @@ class Lifecycle:
         that has not heard (cut from the group's coordinator, it still thinks the partition its
         own), and the two would fence each other in turn, both serving it (CI at 871383b,
         test_cluster)."""
-        p = failure.partition
-        owned = self._owned.pop(p, None)
+        p, parts = failure.partition, self.partitions
+        owned = parts.owned.pop(p, None)
         if owned is None:
             return
-        self._ready[p].clear()
-        self.unserved[p] = str(failure)[:300]
+        parts.unserved[p] = str(failure)[:300]
 
         async def drop() -> None:
             await owned.writer.close()
@@ -198,38 +222,10 @@ class Lifecycle:
                     return
                 self._retaken.add(p)
                 await asyncio.sleep(RETAKE_AFTER)
-            if self.running and p in self._assigned and p not in self._owned and p not in self._restoring:
+            if self._running() and p in self._assigned and p not in parts.owned and p not in parts.restoring:
                 if failure.fenced:
                     log.warning("partition %d: fenced, but the group assigns it here: taking it back", p)
-                self._restoring[p] = asyncio.ensure_future(self._open_retrying(p))
+                parts.restoring[p] = asyncio.ensure_future(self._open_retrying(p))
 
         self._dropping.add(task := asyncio.ensure_future(drop()))
         task.add_done_callback(self._dropping.discard)
-
-    def owned_partitions(self) -> set[int]:
-        return set(self._owned)
-
-    async def _partition(self, p: int) -> _Owned | None:
-        """The partition's state once it is open; None when this instance does not serve it (revoked,
-        fenced or failed: the event is left unacknowledged for its owner, never parked). An event
-        of a partition revoked here while the group's new assignment is not known yet waits for
-        it (at most ``REASSIGN_WAIT``): if the partition comes back here, the consumer keeps its
-        position and never delivers the event again, so it is applied now (CI at b3c1869: a
-        batch of 384 URLs delivered between a revoke and the assignment that gave its partition
-        back was dropped, and never crawled). Another owner reads it again from the committed
-        offset; an event applied twice is acknowledged, not applied again (``_applied_before``)."""
-        owned = self._owned.get(p)
-        if owned is not None:
-            return owned
-        if p not in self._restoring and not self._assignment.is_set():
-            try:
-                await asyncio.wait_for(self._assignment.wait(), REASSIGN_WAIT)
-            except TimeoutError:
-                return None
-            owned = self._owned.get(p)
-            if owned is not None:
-                return owned
-        task = self._restoring.get(p)
-        if task is not None:
-            await asyncio.wait({task})
-        return self._owned.get(p)

@@ -1,22 +1,26 @@
-"""A partition this process owns (its partition logic, RocksDB store and fenced writer), and an
-input event whose offset is committed when it is acknowledged."""
+"""The partitions this process serves: each one it owns (its partition logic, RocksDB store and
+fenced writer, with the input it applied and the commit of its writes), and ``Partitions``, the
+map of them that the service's parts share."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from frontier.partition import PartitionFrontier
+from frontier.service.inputs import Ackable, input_offset
 from frontier.service.rocks import RocksKV
 from frontier.service.writer import PartitionWriter
 
 
-class Ackable(Protocol):
-    def ack(self) -> bool: ...
-
-
 @dataclass
 class _Owned:
+    """A partition open here: its frontier, store and writer. Interface: :meth:`applied_before`
+    and :meth:`note` (the input it applied), :meth:`commit` (its writes, then the events they
+    settle), :meth:`may_expire` and :meth:`fed` (the restore order). Made by
+    :class:`~frontier.service.lifecycle.Lifecycle` when it opens the partition."""
+
     frontier: PartitionFrontier
     kv: RocksKV
     writer: PartitionWriter
@@ -35,7 +39,99 @@ class _Owned:
         if offset >= self.feedback_due:
             self.feedback_due = -1
 
-
-def _ack_all(events: tuple[Ackable, ...]) -> None:
-    for event in events:
+    def applied_before(self, role: str, event: Ackable) -> bool:
+        """A record delivered again (a rebalance drops offsets acked but not yet committed) that this
+        partition already applied: acknowledged, not applied twice (a drop would remove URLs queued
+        since, a 429 would count twice)."""
+        offset = input_offset(event)
+        if offset is None or offset > self.frontier.applied_input(role):
+            return False
         event.ack()
+        return True
+
+    def note(self, role: str, event: Ackable) -> None:
+        """Record that ``event``'s input is applied (committed with the changes the record caused)."""
+        offset = input_offset(event)
+        if offset is not None:
+            self.frontier.note_input(role, offset)
+
+    def commit(self, events: tuple[Ackable, ...] = (), then: Callable[[], None] | None = None) -> None:
+        """Commit the partition's writes; ack ``events`` and run ``then`` once they committed.
+
+        The changelog records, and a dispatch round's jobs and report pages, are one transaction
+        (:mod:`frontier.service.writer`): a worker sees a job only once its lease is in the
+        changelog, and an input offset is committed only after the changes it caused.
+        """
+        self.frontier.save_stats()
+        self.dirty = False
+
+        def committed() -> None:
+            for event in events:
+                event.ack()
+            if then is not None:
+                then()
+
+        self.writer.commit(committed if events or then is not None else None)
+
+
+class Partitions:
+    """The partitions served here, shared by the service's parts: ``owned`` (partition → its
+        :class:`_Owned`, once open), ``restoring`` (the opens under way), ``unserved`` (partition → why
+        it is assigned here but not served) and ``assignment`` (clear from a revoke until the group's
+        next assignment). Only :class:`~frontier.service.lifecycle.Lifecycle` changes them; the others
+        read them, and wait for a partition with :meth:`serving`. Given the changelog's topic and how
+    long an event of a revoked partition waits for the group's next assignment."""
+
+    def __init__(self, state_topic: str, reassign_wait: float) -> None:
+        self.state_topic = state_topic
+        self.reassign_wait = reassign_wait
+        self.owned: dict[int, _Owned] = {}
+        self.restoring: dict[int, asyncio.Task[None]] = {}
+        self.unserved: dict[int, str] = {}
+        self.assignment = asyncio.Event()
+        self.assignment.set()
+
+    def served(self) -> set[int]:
+        """The partitions open here."""
+        return set(self.owned)
+
+    def changelog(self, p: int) -> Callable[[bytes, bytes | None], None]:
+        """Where partition ``p``'s frontier writes its changelog records: its writer's open
+        transaction, while this instance owns it."""
+        topic = self.state_topic
+        owned_map = self.owned
+
+        def write(key: bytes, value: bytes | None) -> None:
+            owned = owned_map.get(p)
+            if owned is None:
+                return
+            owned.dirty = True
+            owned.writer.write(topic, value, key, p)
+
+        return write
+
+    async def serving(self, p: int) -> _Owned | None:
+        """The partition's state once it is open; None when this instance does not serve it (revoked,
+        fenced or failed: the event is left unacknowledged for its owner, never parked). An event
+        of a partition revoked here while the group's new assignment is not known yet waits for
+        it (at most ``reassign_wait``): if the partition comes back here, the consumer keeps its
+        position and never delivers the event again, so it is applied now (CI at b3c1869: a
+        batch of 384 URLs delivered between a revoke and the assignment that gave its partition
+        back was dropped, and never crawled). Another owner reads it again from the committed
+        offset; an event applied twice is acknowledged, not applied again
+        (:meth:`_Owned.applied_before`)."""
+        owned = self.owned.get(p)
+        if owned is not None:
+            return owned
+        if p not in self.restoring and not self.assignment.is_set():
+            try:
+                await asyncio.wait_for(self.assignment.wait(), self.reassign_wait)
+            except TimeoutError:
+                return None
+            owned = self.owned.get(p)
+            if owned is not None:
+                return owned
+        task = self.restoring.get(p)
+        if task is not None:
+            await asyncio.wait({task})
+        return self.owned.get(p)

@@ -3,22 +3,23 @@ the gateway). A change (a deletion, a hold) is applied once and answered once it
 reading question (counts, stats, pages of URLs or queue keys) is a walk
 (:class:`~frontier.partition.recorded.Walk`) answered a slice at a time: the first slice when the
 question comes, the others one per turn of the event loop, so dispatch and input go on between
-them and no question holds the loop longer than a slice (``SLICE_SECONDS``). A mixin of
-:class:`~frontier.service.service.FrontierService` (the attributes below are set there).
+them and no question holds the loop longer than a slice (``SLICE_SECONDS``). :class:`Questions`
+is a part of :class:`~frontier.service.service.FrontierService`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from frontier.core.kv import CursorClosed
 from frontier.partition.recorded import Budget, Walk
-from frontier.service.inputs import CONTROL
-from frontier.service.owned import Ackable, _Owned
+from frontier.service.inputs import CONTROL, Ackable
+from frontier.service.owned import Partitions, _Owned
 from topics.catalog import Topics
 from topics.kafka import AsyncProducer
 from topics.partitioning import partition_for
@@ -40,29 +41,43 @@ class _Walking:
 
 
 class Questions:
-    topics: Topics
-    clock: Callable[[], float]
-    slice_clock: Callable[[], float]
-    _owned: dict[int, _Owned]
-    _replies: set[asyncio.Task[None]]
-    _walks: deque[_Walking]
-    _walker: asyncio.Task[None] | None
-    _wake: asyncio.Event
-    # methods of the service and its other mixins (annotations only: nothing here shadows them)
-    _partition: Callable[[int], Awaitable[_Owned | None]]
-    _applied_before: Callable[[_Owned, str, Ackable], bool]
-    _note: Callable[[_Owned, str, Ackable], None]
-    _mark: Callable[..., None]
+    """Answers the URLFrontier gateways' questions. Interface: :meth:`answer` (a question that
+    came on crawl.control for a partition), :meth:`close`. Owns the reading questions being
+    walked (and the task walking them), the replies on their way, and ``slice_clock`` (times a
+    walk's slices). Given the clock, the topics, the shared :class:`Partitions` (read only), and
+    callables: ``producer`` (the process's producer) and ``wake`` (the dispatch loop: a change
+    committed goes out with its next round)."""
 
-    @property
-    def producer(self) -> AsyncProducer:
-        raise NotImplementedError
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        topics: Topics,
+        partitions: Partitions,
+        producer: Callable[[], AsyncProducer],
+        wake: Callable[[], None],
+    ) -> None:
+        self.clock = clock
+        self.topics = topics
+        self.partitions = partitions
+        self._producer = producer
+        self._wake = wake
+        self._replies: set[asyncio.Task[None]] = set()  # answers to URLFrontier gateways on their way
+        self._walks: deque[_Walking] = deque()  # reading questions being answered, in turn
+        self._walker: asyncio.Task[None] | None = None  # answers them while there are any
+        self.slice_clock: Callable[[], float] = time.perf_counter  # times a walk's slices
 
-    async def _answer(self, p: int, query: Query, event: Ackable) -> None:
+    def close(self) -> None:
+        """Stop answering: the questions being walked are given up (their askers time out)."""
+        if self._walker is not None:
+            self._walker.cancel()
+        while self._walks:
+            self._walks.popleft().walk.close()
+
+    async def answer(self, p: int, query: Query, event: Ackable) -> None:
         """A URLFrontier gateway's question, answered from this partition on crawl.replies (keyed
         by the gateway). A change (a deletion, a hold) is applied once and answered once it committed; a record
         delivered again after it was applied gets no second answer (its asker has given up)."""
-        owned = await self._partition(p)
+        owned = await self.partitions.serving(p)
         if owned is None:
             return
         if query.kind not in CHANGING_KINDS:
@@ -70,15 +85,15 @@ class Questions:
             event.ack()
             return
         await owned.writer.room()
-        if self._applied_before(owned, CONTROL, event):
+        if owned.applied_before(CONTROL, event):
             return
         reply = owned.frontier.change(query, self.clock())
         if query.kind != "hold":  # a deletion or a purge
             log.info("query %s crawl %r key %r: %d removed (partition %d)", query.kind, query.crawl, query.key[:100],
                      reply.counts.get("removed", 0), p)  # fmt: skip
-        self._note(owned, CONTROL, event)
-        self._mark(p, owned, (event,), then=lambda: self._reply(encode(reply), query))
-        self._wake.set()
+        owned.note(CONTROL, event)
+        owned.commit((event,), then=lambda: self._reply(encode(reply), query))
+        self._wake()
 
     def _walk(self, p: int, owned: _Owned, query: Query) -> None:
         """A reading question: its first slice now, the others one per turn of the loop (answered
@@ -104,7 +119,9 @@ class Questions:
                 if not self._walks:
                     break
                 walking = self._walks.popleft()
-                if self._owned.get(walking.p) is not walking.owned:  # the partition moved: its asker times out
+                if (
+                    self.partitions.owned.get(walking.p) is not walking.owned
+                ):  # the partition moved: its asker times out
                     walking.walk.close()
                     continue
                 try:
@@ -132,7 +149,7 @@ class Questions:
     async def _send_reply(self, reply: bytes, query: Query) -> None:
         """A reply that cannot be sent is logged, never fatal: its asker times out and says so."""
         try:
-            await self.producer.send(self.topics.replies, reply, key=query.reply_to.encode(),
+            await self._producer().send(self.topics.replies, reply, key=query.reply_to.encode(),
                                      partition=partition_for(query.reply_to, self.topics.partitions))  # fmt: skip
         except Exception as exc:  # noqa: BLE001 - an answer lost must not stop the frontier
             log.warning("reply to %s (%s) not sent: %s", query.reply_to[:100], query.kind, exc)

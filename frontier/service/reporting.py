@@ -1,7 +1,7 @@
 """What a frontier instance reports: status snapshots on ``crawl.frontier.status`` (totals, the
 busiest scopes, and the scopes a live page watches), the totals the Prometheus gauges read, and
-the open-gates gauge fed by every scope's delay change. A mixin of
-:class:`~frontier.service.service.FrontierService` (the attributes below are set there).
+the open-gates gauge fed by every scope's delay change. :class:`Reporting` is a part of
+:class:`~frontier.service.service.FrontierService`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from frontier.config import Config
 from frontier.core import budget
 from frontier.core.causes import Cause
 from frontier.core.control import control_record, scope_key
-from frontier.intake.router import Router
 from frontier.observability.metrics import FrontierMetrics
 from frontier.observability.watch import (
     MAX_WATCH_SENT,
@@ -32,8 +31,7 @@ from frontier.observability.watch import (
 from frontier.partition.keys import state_key
 from frontier.partition.records import state_dec
 from frontier.service.crawls import CrawlDirectory
-from frontier.service.owned import _Owned
-from topics.catalog import Topics
+from frontier.service.owned import Partitions
 from topics.kafka import AsyncProducer
 from topics.partitioning import partition_for
 from topics.schemas import MAX_STATUS_CRAWLS, ControlCommand, CrawlStatus, Status, encode
@@ -43,30 +41,46 @@ throttle_log = logging.getLogger("frontier.throttle")
 
 
 class Reporting:
-    cfg: Config
-    topics: Topics
-    clock: Callable[[], float]
-    instance: str
-    metrics: FrontierMetrics
-    router: Router | None
-    rejected: int
-    watched: dict[str, float]
-    _watch_sent: dict[str, float]
-    _owned: dict[int, _Owned]
-    unserved: dict[int, str]
-    _gates: dict[str, float]
-    _gates_pruned: float
-    _rate_mark: tuple[float, int]
-    pages_per_s: float
-    directory: CrawlDirectory | None
-    _crawl_marks: dict[str, tuple[float, int]]
-    crawl_rates: dict[str, float]
+    """What this instance reports. Interface: :meth:`delay_changed` (the hook every partition
+    calls on a scope's delay change), :meth:`watch` (a live page asks for a scope),
+    :meth:`watch_partitions` and :meth:`add_watch` (a watch command, checked and applied),
+    :meth:`status`, :meth:`crawl_status`, :meth:`publish_status`, :meth:`stats`,
+    :meth:`metric_totals`; ``instance`` and ``metrics`` (the live page's). Owns the Prometheus
+    metrics (:class:`FrontierMetrics`, whose gauges read it), the scopes watched and asked for,
+    the open gates and the pages/s marks. Given the configuration, the clock, the instance's
+    name, the shared :class:`Partitions` (read only), and callables: ``producer`` (the process's
+    producer), ``rejected`` (the records this process put on crawl.rejected) and ``directory``
+    (the crawls' workers, once started)."""
 
-    @property
-    def producer(self) -> AsyncProducer:
-        raise NotImplementedError
+    def __init__(
+        self,
+        cfg: Config,
+        clock: Callable[[], float],
+        instance: str,
+        partitions: Partitions,
+        producer: Callable[[], AsyncProducer],
+        rejected: Callable[[], int],
+        directory: Callable[[], CrawlDirectory | None],
+    ) -> None:
+        self.cfg = cfg
+        self.topics = cfg.topics
+        self.clock = clock
+        self.instance = instance
+        self.partitions = partitions
+        self._producer = producer
+        self._rejected = rejected
+        self._directory = directory
+        self.metrics = FrontierMetrics(self.metric_totals, lambda: self.crawl_status(self.clock()))
+        self.watched: dict[str, float] = {}  # scope → until when a live page (any instance's) charts it
+        self._watch_sent: dict[str, float] = {}  # scope → when this instance last asked for it (< WATCH_RESEND ago)
+        self._gates: dict[str, float] = {}  # scope → gate end, for the gates-active gauge (bounded)
+        self._gates_pruned = 0.0
+        self._rate_mark: tuple[float, int] = (time.monotonic(), 0)  # for pages/s in the status totals
+        self.pages_per_s = 0.0
+        self._crawl_marks: dict[str, tuple[float, int]] = {}  # crawl → (time, completed) for its pages/s
+        self.crawl_rates: dict[str, float] = {}
 
-    def _delay_changed(self, scope: str, old: float, new: float, cause: str, kind: Cause, gate_until: float) -> None:
+    def delay_changed(self, scope: str, old: float, new: float, cause: str, kind: Cause, gate_until: float) -> None:
         self.metrics.delay_changes.labels(kind.value or Cause.OTHER.value).inc()
         if kind is Cause.BUDGET:
             self.metrics.note_budget(scope)  # counted in the budget gauge while it has a budget
@@ -95,19 +109,19 @@ class Reporting:
                 raise WatchBusy(f"{MAX_WATCH_SENT} scopes asked for in the last {WATCH_RESEND:.0f} s: try again later")
         cmd = ControlCommand(action="watch", scope=scope)
         key, value, _ = control_record(cmd, self.topics.partitions)
-        for target in self._watch_partitions(scope) or range(self.topics.partitions):
-            self.producer.send_nowait(self.topics.control, value, key=key, partition=target)
+        for target in self.watch_partitions(scope) or range(self.topics.partitions):
+            self._producer().send_nowait(self.topics.control, value, key=key, partition=target)
         self._watch_sent[scope] = now
         return True
 
-    def _watch_partitions(self, scope: str) -> set[int] | None:
+    def watch_partitions(self, scope: str) -> set[int] | None:
         """The partition holding ``scope`` (its domain's, or an ``ip:`` scope's address's), or None
         for any: with ``frontier.ip_scope`` URLs are keyed by their address."""
         if self.cfg.frontier.ip_scope and not scope.startswith("ip:"):
             return None
         return {partition_for(scope_key(scope), self.topics.partitions)}  # no command built: per snapshot
 
-    def _add_watch(self, scope: str, now: float) -> None:
+    def add_watch(self, scope: str, now: float) -> None:
         """Report ``scope`` until now + WATCH_SECONDS. At MAX_WATCHED, expired entries make room,
         else the one that would expire first: a full map never stops new watches."""
         if scope not in self.watched and len(self.watched) >= MAX_WATCHED:
@@ -123,25 +137,25 @@ class Reporting:
 
     def status(self, now: float, top: int = 20) -> Status:
         """This instance's view: totals and the busiest scopes of every owned partition."""
-        rows = [row for owned in self._owned.values() for row in owned.frontier.scope_rows(now, top)]
+        rows = [row for owned in self.partitions.owned.values() for row in owned.frontier.scope_rows(now, top)]
         rows.sort(key=lambda r: (-r.queued, r.scope))
         rows = rows[:top]
         listed = {r.scope for r in rows}
         self._prune_watches(now)
         for scope in sorted(set(self.watched) - listed):  # scopes someone is charting on a live page
             # O(the scope's queues) each (the partition's watch index), never a scan of all queues
-            targets = self._watch_partitions(scope)
+            targets = self.watch_partitions(scope)
             if targets is not None:
-                owned = self._owned.get(min(targets))
+                owned = self.partitions.owned.get(min(targets))
                 if owned is not None:
                     rows.append(owned.frontier.scope_row(scope, now))
                 continue
-            for owned in self._owned.values():  # ip_scope: the partitions where it has work
+            for owned in self.partitions.owned.values():  # ip_scope: the partitions where it has work
                 row = owned.frontier.scope_row(scope, now)
                 if row.queued or row.inflight:
                     rows.append(row)
         totals = self.stats()
-        totals["rejected"] = self.rejected + (self.router.rejected if self.router is not None else 0)
+        totals["rejected"] = self._rejected()
         mark_at, mark_done = self._rate_mark
         elapsed = time.monotonic() - mark_at
         if elapsed >= 5.0:  # pages/s over the last 5+ seconds of this instance's partitions
@@ -150,17 +164,18 @@ class Reporting:
             self._rate_mark = (time.monotonic(), done)
         totals["pages_per_s"] = round(self.pages_per_s)
         crawls = self.crawl_status(now)
-        return Status(instance=self.instance, at=now, partitions=sorted(self._owned), totals=totals,
-                      scopes=rows, unserved=dict(self.unserved), crawls=crawls[:MAX_STATUS_CRAWLS],
+        return Status(instance=self.instance, at=now, partitions=sorted(self.partitions.owned), totals=totals,
+                      scopes=rows, unserved=dict(self.partitions.unserved), crawls=crawls[:MAX_STATUS_CRAWLS],
                       crawls_cut=max(0, len(crawls) - MAX_STATUS_CRAWLS))  # fmt: skip
 
     def crawl_status(self, now: float) -> list[CrawlStatus]:
         """Every crawl of the owned partitions, added up over them, with the workers its group has
         and its pages/s here (over the last 5+ seconds)."""
         part = [Status(instance="", at=now, partitions=[], totals={}, scopes=[], crawls=owned.frontier.crawl_rows(now))
-                for owned in self._owned.values()]  # fmt: skip
+                for owned in self.partitions.owned.values()]  # fmt: skip
         rows = crawl_rows(part)
-        workers = self.directory.workers if self.directory is not None else {}
+        directory = self._directory()
+        workers = directory.workers if directory is not None else {}
         mono = time.monotonic()
         for row in rows:
             row.workers = workers.get(row.crawl, -1)
@@ -174,7 +189,7 @@ class Reporting:
 
     def publish_status(self, now: float) -> None:
         self._prune_gates(now)  # every status interval, not only when Prometheus scrapes
-        self.producer.send_nowait(self.topics.status, encode(self.status(now)), key=self.instance.encode())
+        self._producer().send_nowait(self.topics.status, encode(self.status(now)), key=self.instance.encode())
 
     def _prune_gates(self, now: float) -> None:
         self._gates = {scope: until for scope, until in self._gates.items() if until > now}
@@ -182,15 +197,15 @@ class Reporting:
 
     def stats(self) -> dict[str, Any]:
         totals: dict[str, int] = defaultdict(int)
-        for owned in self._owned.values():
+        for owned in self.partitions.owned.values():
             for k, v in msgspec.structs.asdict(owned.frontier.stats).items():
                 totals[k] += v
             totals["inflight"] += owned.frontier.inflight
             totals["hosts_due"] += owned.frontier.queued_hosts()
             totals["queued"] += owned.frontier.queued()
-        totals["partitions"] = len(self._owned)
-        self.metrics.count_lost({p: owned.frontier.stats.lost for p, owned in self._owned.items()})
-        totals["partitions_unserved"] = len(self.unserved)
+        totals["partitions"] = len(self.partitions.owned)
+        self.metrics.count_lost({p: owned.frontier.stats.lost for p, owned in self.partitions.owned.items()})
+        totals["partitions_unserved"] = len(self.partitions.unserved)
         return dict(totals)
 
     def metric_totals(self) -> dict[str, int]:
@@ -209,10 +224,10 @@ class Reporting:
         no longer here, is dropped (counted again at its next budget change here)."""
         learned = spent = 0
         for scope in list(self.metrics.budgeted):
-            targets = self._watch_partitions(scope)  # (None with ip_scope: any partition)
+            targets = self.watch_partitions(scope)  # (None with ip_scope: any partition)
             raw = None
-            for p in sorted(targets) if targets is not None else list(self._owned):
-                owned = self._owned.get(p)
+            for p in sorted(targets) if targets is not None else list(self.partitions.owned):
+                owned = self.partitions.owned.get(p)
                 if owned is not None and (raw := owned.kv.get(state_key(scope))) is not None:
                     break
             state = state_dec.decode(raw) if raw is not None else None

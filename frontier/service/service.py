@@ -2,9 +2,18 @@
 
 Transport-facing glue around :class:`~frontier.partition.PartitionFrontier`: it applies URL
 batches, feedback and control commands to the partitions this instance owns, and runs the
-dispatch loop that turns due hosts into jobs. Partitions come and go in
-:mod:`frontier.service.lifecycle`; what it reports (status snapshots, the gauges, the scopes a
-live page watches) is :mod:`frontier.service.reporting`.
+dispatch loop that turns due hosts into jobs. It owns its parts, each made with what it needs
+(the arrows go one way: the parts share the partitions served here, and reach the service only
+through the callables it gives them)::
+
+    FrontierService ──> Lifecycle ──> Partitions (frontier.service.owned)
+          │  ├────────> Reporting ──────^
+          │  └────────> Questions ──────^
+          └──────────────────────────────^
+
+Partitions come and go in :mod:`frontier.service.lifecycle` (given Reporting's delay hook for
+each partition it opens); what it reports (status snapshots, the gauges, the scopes a live page
+watches) is :mod:`frontier.service.reporting`.
 
 Every partition writes through its fenced writer (:mod:`frontier.service.writer`, Kafka
 transactions): input events are acknowledged (and so their offsets committed) only once the
@@ -26,25 +35,20 @@ import logging
 import os
 import socket
 import time
-from collections import defaultdict, deque
 from collections.abc import Callable
 
 from frontier.config import Config
 from frontier.intake.router import Router
 from frontier.observability.loop import LoopProbe
-from frontier.observability.metrics import FrontierMetrics
 from frontier.observability.process import fetch_class
-from frontier.observability.watch import (
-    watch_scope,
-)
+from frontier.observability.watch import watch_scope
 from frontier.partition import Dispatch, Refused
 from frontier.service.crawls import CrawlDirectory
-from frontier.service.inputs import CONTROL, FEEDBACK, URLS, input_offset
-from frontier.service.lifecycle import Lifecycle
-from frontier.service.owned import Ackable, _ack_all, _Owned
-from frontier.service.questions import Questions, _Walking
+from frontier.service.inputs import CONTROL, FEEDBACK, URLS, Ackable, input_offset, record_offset
+from frontier.service.lifecycle import REASSIGN_WAIT, Lifecycle
+from frontier.service.owned import Partitions, _Owned
+from frontier.service.questions import Questions
 from frontier.service.reporting import Reporting
-from frontier.service.standby import Standby
 from topics.kafka import AsyncProducer, Kafka
 from topics.schemas import (
     ControlCommand,
@@ -60,49 +64,47 @@ from topics.schemas import (
 log = logging.getLogger("frontier")
 
 
-class FrontierService(Reporting, Lifecycle, Questions):
+class FrontierService:
+    """One process's frontier service: the input handlers (:meth:`handle_urls`,
+    :meth:`handle_feedback`, :meth:`handle_control`, :meth:`dead_letter`), the dispatch loop
+    (:meth:`dispatch_loop`, :meth:`dispatch_once`) and :meth:`close`. Owns its parts, each given
+    what it needs when made: ``partitions`` (:class:`Partitions`, the partitions served here,
+    shared), ``reporting`` (:class:`Reporting`: status, gauges, watches; ``metrics`` is its),
+    ``lifecycle`` (:class:`Lifecycle`: the group's rebalances, partitions opened and dropped) and
+    ``questions`` (:class:`Questions`: the gateways' questions); and the process's producer, the
+    loop probe, the rejected count. The app sets ``router`` (its rejections count here) and
+    ``directory`` (the crawls' workers) once they are made."""
+
     def __init__(self, cfg: Config, clock: Callable[[], float] = time.time, kafka: Kafka | None = None) -> None:
         self.cfg = cfg
         self.topics = cfg.topics
         self.clock = clock
         self.kafka = kafka if kafka is not None else Kafka(cfg.kafka.client_conf())  # every client comes from it
-        self._owned: dict[int, _Owned] = {}
-        self._ready: dict[int, asyncio.Event] = defaultdict(asyncio.Event)
-        self._restoring: dict[int, asyncio.Task[None]] = {}
-        self._assigned: set[int] = set()  # the partitions the group assigns here now
-        self._assignment = asyncio.Event()  # clear from a revoke until the group's next assignment
-        self._assignment.set()
-        self._retaken: set[int] = set()  # fenced and taken back since the group last assigned
-        self._dropping: set[asyncio.Task[None]] = set()
-        self._replies: set[asyncio.Task[None]] = set()  # answers to URLFrontier gateways on their way
-        self._walks: deque[_Walking] = deque()  # reading questions being answered, in turn
-        self._walker: asyncio.Task[None] | None = None  # answers them while there are any
-        self.slice_clock: Callable[[], float] = time.perf_counter  # times a walk's slices
-        self.unserved: dict[int, str] = {}  # partition → why it is assigned here but not served
         self.failure: Exception | None = None  # fatal: raised by the dispatch loop
         self._wake = asyncio.Event()
         self._producer: AsyncProducer | None = None
         self.running = False
         self.instance = f"{socket.gethostname()}-{os.getpid()}"
-        self.metrics = FrontierMetrics(self.metric_totals, lambda: self.crawl_status(self.clock()))
+        self.router: Router | None = None  # the embedded router, if any (its rejections count here)
+        self.rejected = 0  # records this process put on crawl.rejected (its router's and dead letters)
+        self.directory: CrawlDirectory | None = None  # the crawls' topics and workers (started by the app)
+        self._crawls_looked = 0.0  # when the partitions' crawls were last handed to the directory
+        self.partitions = Partitions(self.topics.state, REASSIGN_WAIT)
+        self.reporting = Reporting(
+            cfg, clock, self.instance, self.partitions,
+            producer=lambda: self.producer, rejected=self._rejected, directory=lambda: self.directory,
+        )  # fmt: skip
+        self.metrics = self.reporting.metrics
+        self.lifecycle = Lifecycle(
+            cfg, self.kafka, clock, self.partitions,
+            on_change=self.reporting.delay_changed, wake=self._wake.set, fatal=self._fail,
+            running=lambda: self.running, directory=lambda: self.directory,
+        )  # fmt: skip
+        self.questions = Questions(clock, self.topics, self.partitions, producer=lambda: self.producer,
+                                   wake=self._wake.set)  # fmt: skip
         self.loop_probe = LoopProbe(self._loop_sampled)
         self.metrics.loop_late_max.set_function(self.loop_probe.late.value)
         self.metrics.loop_busy_max.set_function(self.loop_probe.busy.value)
-        self.watched: dict[str, float] = {}  # scope → until when a live page (any instance's) charts it
-        self._watch_sent: dict[str, float] = {}  # scope → when this instance last asked for it (< WATCH_RESEND ago)
-        self.router: Router | None = None  # the embedded router, if any (its rejections count here)
-        self.rejected = 0  # records this process put on crawl.rejected (its router's and dead letters)
-        self._gates: dict[str, float] = {}  # scope → gate end, for the gates-active gauge (bounded)
-        self._gates_pruned = 0.0
-        self._rate_mark: tuple[float, int] = (time.monotonic(), 0)  # for pages/s in the status totals
-        self.pages_per_s = 0.0
-        self.directory: CrawlDirectory | None = None  # the crawls' topics and workers (started by the app)
-        self._crawls_looked = 0.0  # when the partitions' crawls were last handed to the directory
-        self._crawl_marks: dict[str, tuple[float, int]] = {}  # crawl → (time, completed) for its pages/s
-        self.crawl_rates: dict[str, float] = {}
-        self.standby: Standby | None = None
-        if cfg.frontier.standby_replicas:
-            self.standby = Standby(self.kafka, self.topics.state, cfg.frontier.state_dir, cfg.frontier.app_id)
 
     @property
     def producer(self) -> AsyncProducer:
@@ -110,90 +112,43 @@ class FrontierService(Reporting, Lifecycle, Questions):
             self._producer = self.kafka.async_producer()
         return self._producer
 
+    def _rejected(self) -> int:
+        """The records this process put on crawl.rejected: its own and its router's."""
+        return self.rejected + (self.router.rejected if self.router is not None else 0)
+
+    def _fail(self, failure: Exception) -> None:
+        """Fatal: the dispatch loop raises ``failure`` (the process exits, its supervisor restarts it)."""
+        self.failure = failure
+        self._wake.set()
+
     async def close(self) -> None:
         self.running = False
-        if self._walker is not None:
-            self._walker.cancel()
-        while self._walks:
-            self._walks.popleft().walk.close()
-        await self.on_revoked(set(self._owned) | set(self._restoring))
-        if self._dropping:
-            await asyncio.gather(*self._dropping, return_exceptions=True)
-        if self.standby is not None:
-            await asyncio.to_thread(self.standby.close)
+        self.questions.close()
+        await self.lifecycle.close()
         if self.directory is not None:
             await asyncio.to_thread(self.directory.stop)
         self.producer.send_nowait(self.topics.status, None, key=self.instance.encode())  # gone: tombstone
         if self._producer is not None:
             await asyncio.to_thread(self._producer.close)
 
-    def _changelog(self, p: int) -> Callable[[bytes, bytes | None], None]:
-        topic = self.topics.state
-
-        def write(key: bytes, value: bytes | None) -> None:
-            owned = self._owned.get(p)
-            if owned is None:
-                return
-            owned.dirty = True
-            owned.writer.write(topic, value, key, p)
-
-        return write
-
-    def _mark(
-        self, p: int, owned: _Owned, events: tuple[Ackable, ...] = (), then: Callable[[], None] | None = None
-    ) -> None:
-        """Commit the partition's writes; ack ``events`` and run ``then`` once they committed.
-
-        The changelog records, and a dispatch round's jobs and report pages, are one transaction
-        (:mod:`frontier.service.writer`): a worker sees a job only once its lease is in the
-        changelog, and an input offset is committed only after the changes it caused.
-        """
-        owned.frontier.save_stats()
-        owned.dirty = False
-
-        def committed() -> None:
-            if events:
-                _ack_all(events)
-            if then is not None:
-                then()
-
-        owned.writer.commit(committed if events or then is not None else None)
-
     # -- input events ----------------------------------------------------------------------------
     async def handle_urls(self, p: int, batch: EncodedUrlBatch, event: Ackable) -> None:
         """Queue a batch's URLs, each item's bytes as the router wrote them; an item that does not
         decode goes to crawl.rejected."""
-        owned = await self._partition(p)
+        owned = await self.partitions.serving(p)
         if owned is None:
             return
         await owned.writer.room()
-        if self._applied_before(owned, URLS, event):
+        if owned.applied_before(URLS, event):
             return
         items, encoded = await self._decode_items(p, batch, event)
         owned.frontier.ingest(items, self.clock(), encoded)
         for i, reason in owned.frontier.refused:  # (a new crawl past frontier.max_crawls)
-            offset = getattr(getattr(event, "message", None), "offset", -1)
+            offset = record_offset(event)
             await self._reject(f"URL not queued: {reason}"[:500], encoded[i], self.topics.bydomain, p, offset)
-        self._note(owned, URLS, event)
-        self._mark(p, owned, (event,))
+        owned.note(URLS, event)
+        owned.commit((event,))
         self._wake.set()
-
-    @staticmethod
-    def _applied_before(owned: _Owned, role: str, event: Ackable) -> bool:
-        """A record delivered again (a rebalance drops offsets acked but not yet committed) that this
-        partition already applied: acknowledged, not applied twice (a drop would remove URLs queued
-        since, a 429 would count twice)."""
-        offset = input_offset(event)
-        if offset is None or offset > owned.frontier.applied_input(role):
-            return False
-        event.ack()
-        return True
-
-    @staticmethod
-    def _note(owned: _Owned, role: str, event: Ackable) -> None:
-        offset = input_offset(event)
-        if offset is not None:
-            owned.frontier.note_input(role, offset)  # committed with the changes the record caused
 
     async def _decode_items(self, p: int, batch: EncodedUrlBatch, event: Ackable) -> tuple[list[UrlItem], list[bytes]]:
         items: list[UrlItem] = []
@@ -203,18 +158,18 @@ class FrontierService(Reporting, Lifecycle, Questions):
             try:
                 items.append(decode(data, UrlItem))
             except SchemaError as exc:
-                offset = getattr(getattr(event, "message", None), "offset", -1)
+                offset = record_offset(event)
                 await self._reject(f"URL not queued: {exc}"[:500], data, self.topics.bydomain, p, offset)
                 continue
             encoded.append(data)
         return items, encoded
 
     async def handle_feedback(self, p: int, batch: FeedbackBatch, event: Ackable) -> None:
-        owned = await self._partition(p)
+        owned = await self.partitions.serving(p)
         if owned is None:
             return
         await owned.writer.room()
-        if self._applied_before(owned, FEEDBACK, event):
+        if owned.applied_before(FEEDBACK, event):
             return
         now = self.clock()
         for fb in batch.items:
@@ -222,52 +177,51 @@ class FrontierService(Reporting, Lifecycle, Questions):
                 owned.frontier.feedback(fb, now)
             except Exception as exc:  # one bad result must not stop the others, nor come back forever
                 log.exception("feedback for %s could not be applied", fb.url[:200])
-                offset = getattr(getattr(event, "message", None), "offset", -1)
                 await self._reject(f"feedback not applied: {type(exc).__name__}: {exc}"[:500], encode(fb),
-                                   self.topics.feedback, p, offset)  # fmt: skip
+                                   self.topics.feedback, p, record_offset(event))  # fmt: skip
                 continue
             self.metrics.feedback.labels(fetch_class(fb.outcome, fb.status)).inc()
         offset = input_offset(event)
         owned.fed(owned.feedback_due if offset is None else offset)
-        self._note(owned, FEEDBACK, event)
-        self._mark(p, owned, (event,))
+        owned.note(FEEDBACK, event)
+        owned.commit((event,))
         self._wake.set()
 
     async def handle_control(self, p: int, cmd: ControlCommand, event: Ackable) -> None:
         if cmd.query is not None:
-            await self._answer(p, cmd.query, event)
+            await self.questions.answer(p, cmd.query, event)
             return
         if cmd.action == "watch":  # no state: reported in status snapshots for a while
             try:  # anyone who can write crawl.control can send one: checked here too
                 scope = watch_scope(cmd.scope)
-                targets = self._watch_partitions(scope)
+                targets = self.reporting.watch_partitions(scope)
                 if targets is not None and p not in targets:
                     raise ValueError(f"scope {scope!r} is in partition {min(targets)}, not {p}")
             except ValueError as exc:
                 log.warning("watch %s refused: %s", cmd.scope[:100], exc)
-                offset = getattr(getattr(event, "message", None), "offset", -1)
+                offset = record_offset(event)
                 await self._reject(f"watch refused: {exc}", encode(cmd), self.topics.control, p, offset)
             else:
-                self._add_watch(scope, self.clock())
+                self.reporting.add_watch(scope, self.clock())
             event.ack()
             return
-        owned = await self._partition(p)
+        owned = await self.partitions.serving(p)
         if owned is None:
             return
-        if self._applied_before(owned, CONTROL, event):
+        if owned.applied_before(CONTROL, event):
             return
         try:
             dropped = owned.frontier.control(cmd, self.clock())
         except Refused as exc:  # never silently dropped: the command and why go to crawl.rejected
             log.warning("control %s %s refused: %s", cmd.action, cmd.scope, exc)
-            offset = getattr(getattr(event, "message", None), "offset", -1)
+            offset = record_offset(event)
             await self._reject(f"control refused: {exc}", encode(cmd), self.topics.control, p, offset)
             event.ack()
             return
         log.info("control %s %s%s (partition %d)", cmd.action, f"crawl {cmd.crawl!r}" if cmd.crawl else cmd.scope,
                  f": {dropped} queued URL(s) dropped" if cmd.action == "drop" else "", p)  # fmt: skip
-        self._note(owned, CONTROL, event)
-        self._mark(p, owned, (event,))
+        owned.note(CONTROL, event)
+        owned.commit((event,))
         self._wake.set()
 
     def _loop_sampled(self, late: float, busy: float) -> None:
@@ -296,7 +250,7 @@ class FrontierService(Reporting, Lifecycle, Questions):
         wake: float | None = None
         if self.directory is not None:
             self._hold_idle_crawls(now)
-        for owned in list(self._owned.values()):
+        for owned in list(self.partitions.owned.values()):
             f = owned.frontier
             if owned.may_expire(now):  # not before the feedback waiting at open is applied
                 f.expire_leases(now)
@@ -306,7 +260,7 @@ class FrontierService(Reporting, Lifecycle, Questions):
             if owned.dirty or result.jobs or result.reports or result.submissions:
                 # the round's leases, jobs and report pages commit together
                 then = self._reported(f.partition, result) if result.reports else None
-                self._mark(f.partition, owned, then=then)
+                owned.commit(then=then)
             nxt = f.next_wakeup()
             if nxt is not None and (wake is None or nxt < wake):
                 wake = nxt
@@ -323,9 +277,10 @@ class FrontierService(Reporting, Lifecycle, Questions):
         if 0 <= now - self._crawls_looked < 0.5:
             return
         self._crawls_looked = now
-        directory.know(frozenset(c for owned in self._owned.values() for c in owned.frontier.crawl_names()))
+        owned_map = self.partitions.owned
+        directory.know(frozenset(c for owned in owned_map.values() for c in owned.frontier.crawl_names()))
         served = directory.served()
-        for owned in self._owned.values():
+        for owned in owned_map.values():
             owned.frontier.set_served_crawls(served, now)
 
     def _publish(self, owned: _Owned, result: Dispatch) -> None:
@@ -342,8 +297,10 @@ class FrontierService(Reporting, Lifecycle, Questions):
     def _reported(self, p: int, result: Dispatch) -> Callable[[], None]:
         """Once a round's report pages committed, their report leases may go."""
 
+        owned_map = self.partitions.owned
+
         def reported() -> None:
-            owned = self._owned.get(p)
+            owned = owned_map.get(p)
             if owned is None:  # the partition moved on: its new owner reports them again
                 return
             for report in result.reports:
@@ -377,7 +334,7 @@ class FrontierService(Reporting, Lifecycle, Questions):
                 await asyncio.sleep(0)
             if time.monotonic() - last_status > self.cfg.frontier.status_interval:
                 last_status = time.monotonic()
-                self.publish_status(self.clock())
+                self.reporting.publish_status(self.clock())
             if time.monotonic() - last_report > 10:
                 last_report = time.monotonic()
-                log.info("stats %s", self.stats())
+                log.info("stats %s", self.reporting.stats())
