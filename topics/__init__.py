@@ -1,5 +1,6 @@
-"""The topic catalogue (names, keys, partitioning, cleanup) and the typed message schemas.
+"""The wire: the topic catalogue (names, keys, partitioning, cleanup), the typed message schemas
+(``schemas``), and the one place Kafka clients are made (``kafka``; ``admin``: topics on a broker).
 
-May import: nothing outside ``topics``, except ``admin`` (topics on a broker), which makes its
-admin clients with ``topics.kafka``.
+May import: nothing of ours outside ``topics`` (``lint-imports``, pyproject.toml): the frontier
+and the workers stand on it.
 """

@@ -10,6 +10,6 @@
 - ``examples``  workers by other code (requests, httpx, urllib) and a Scrapy project, crawled in CI
 
 The rooms import downwards only: ``api`` none of the others, the others ``api`` (and not one
-another); no module of ``workers`` imports, even lazily or for types only, one that imports it
-back (tests/test_layout.py). This package itself imports nothing.
+another: ``lint-imports``, pyproject.toml); no module of ``workers`` imports, even lazily or for
+types only, one that imports it back (tests/test_layout.py). This package itself imports nothing.
 """

@@ -5,8 +5,8 @@ Everything lives in a :class:`~frontier.core.kv.KV` (RocksDB in production); eve
 handed to ``changelog(key, value_or_None)`` so that another instance can rebuild the partition.
 Time is always passed in; nothing here reads the clock or talks to Kafka.
 
-May import: ``frontier.core``, ``frontier.config``, ``frontier.core.urls``, ``topics.schemas``
-(checked by ``tests/test_layout.py``).
+May import: ``frontier.core``, ``frontier.config``, ``topics.schemas`` (``lint-imports``,
+pyproject.toml).
 
 ``PartitionFrontier`` owns its parts, each an object over the one store with a small interface
 (its module's doc says it, what the part owns and what it is given). A part that needs another

@@ -8,5 +8,6 @@ snapshots, gauges, watches) and ``questions`` (a URLFrontier gateway's questions
 (the faust app: consumers and rebalances), ``restore`` (open a partition's RocksDB and replay
 its changelog), ``standby`` (warm copies of other partitions) and ``rocks`` (the RocksDB store).
 
-May import: everything in ``frontier`` except the command line, the client and the demo.
+May import: everything in ``frontier`` below it (not the commands nor the demo), ``topics``;
+never ``workers`` (``lint-imports``, pyproject.toml).
 """

@@ -24,9 +24,9 @@ reports what came of them in the protocol's order (docs/WORKERS.md, docs/PROTOCO
   the API fetches the kinds user code does not take with it (robots.txt), the project's worker
   every job
 
-May import: ``workers.api``, ``frontier.core``, ``frontier.config``, ``topics.kafka``,
-``frontier.core.urls``, ``frontier.observability.process`` and ``topics``; never another room of
-``workers``, the partition or the service (a worker knows the frontier only through its topics).
+May import: ``workers.api``, ``frontier.core``, ``frontier.config``,
+``frontier.observability.process`` and ``topics``; never another room of ``workers``, the
+partition or the service (a worker knows the frontier only through its topics; ``lint-imports``).
 Its modules import one another, never this package (whose names are for the API's users).
 """
 
