@@ -255,8 +255,8 @@ async def test_put_discovered_handles_at_most_the_window_of_items_at_once(monkey
     async def applied() -> None:
         return None
 
-    monkeypatch.setattr(gw, "_put", put)
-    monkeypatch.setattr(gw, "_applied", applied)
+    monkeypatch.setattr(gw.puts, "_put", put)
+    monkeypatch.setattr(gw.puts, "_applied", applied)
 
     async def batches() -> AsyncIterator[pb.DiscoveredBatch]:
         for b in range(4):
@@ -275,15 +275,15 @@ async def test_a_put_naming_a_crawl_past_the_cap_is_refused() -> None:
     """A gateway serving ``max_crawls`` crawls: an item of another crawl is SKIPPED with the reason
     on crawl.rejected (it would make a crawl, and a Kafka consumer here); its crawls' items pass."""
     gw, producer = gateway(max_crawls=2)
-    gw.pools.pools.update({"a": object(), "b": object()})  # type: ignore[dict-item]
+    gw.shared.pools.pools.update({"a": object(), "b": object()})  # type: ignore[dict-item]
     info = pb.URLInfo(url="http://x.test/", crawlID="c")
     for item in (pb.URLItem(ID="new", discovered=pb.DiscoveredURLItem(info=info)),
                  pb.URLItem(ID="known", known=pb.KnownURLItem(info=info))):  # fmt: skip
-        assert await gw._put(item) == (item.ID, pb.AckMessage.Status.SKIPPED)
+        assert await gw.puts._put(item) == (item.ID, pb.AckMessage.Status.SKIPPED)
     reasons = [decode(value, Rejected).reason for topic, value in producer.records if topic.endswith("rejected")]
     assert len(reasons) == 2 and all("urlfrontier.max_crawls" in r and "'c'" in r for r in reasons), reasons
     ok = pb.URLItem(ID="a", discovered=pb.DiscoveredURLItem(info=pb.URLInfo(url="http://x.test/", crawlID="a")))
-    assert await gw._put(ok) == ("a", pb.AckMessage.Status.OK)
+    assert await gw.puts._put(ok) == ("a", pb.AckMessage.Status.OK)
     assert [t for t, _ in producer.records][-1].endswith("urls")
 
 

@@ -1,6 +1,7 @@
 """GetURLs: the jobs of the crawls asked for (:mod:`workers.urlfrontier.pool`), within the call's
 limits, each held at its partition for the client's ``delay_requestable`` before it is sent; what
-a call took and did not send goes back to the frontier.
+a call took and did not send goes back to the frontier. SetActive and GetActive: whether this
+gateway hands out.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ import grpc
 
 from topics.partitioning import partition_of
 from workers.api import LeasedJob
-from workers.urlfrontier.calls import Calls, api_metadata
 from workers.urlfrontier.mapping import api_crawl, queue_key
 from workers.urlfrontier.pool import CrawlPool, TooManyCrawls, job_key
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
 from workers.urlfrontier.queries import Unanswered, new_query
+from workers.urlfrontier.shared import Shared, api_metadata
 
 log = logging.getLogger("urlfrontier")
 GET_BUDGET = 10_000  # URLs one GetURLs returns at most
@@ -28,10 +29,28 @@ MAX_HOLD = 3600.0  # seconds a GetURLs' delay_requestable holds a URL at most
 _Sent = tuple[LeasedJob, pb.URLInfo]  # a job handed to the client, as it was sent
 
 
-class HandOut(Calls):
-    """The gateway's GetURLs."""
+class HandOut:
+    """The gateway's hand-out: :meth:`GetURLs`, and whether this gateway hands out at all
+    (:meth:`SetActive`, :meth:`GetActive`: an inactive one hands nothing out); the servicer's
+    calls, handed here. :meth:`serve_known_crawls` makes, at start, a pool of each crawl the
+    frontier knows. Owns ``active`` and the hand-backs on their way; given the configuration
+    (``urlfrontier``'s waits, the topics), the asker (holds) and the crawls' pools (of the
+    gateway's :class:`~workers.urlfrontier.shared.Shared`, kept for its crawl step)."""
 
-    _background: set[asyncio.Future[None]]  # hand-backs on their way
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+        self.cfg = shared.cfg
+        self.asker = shared.asker
+        self.pools = shared.pools
+        self.active = True  # this gateway's SetActive: an inactive one hands nothing out
+        self._background: set[asyncio.Future[None]] = set()  # hand-backs on their way
+
+    async def SetActive(self, request: pb.Active, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:
+        self.active = request.state
+        return pb.Empty()
+
+    async def GetActive(self, request: pb.Local, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Boolean:
+        return pb.Boolean(state=self.active)
 
     async def GetURLs(self, request: pb.GetParams,
                       context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.URLInfo]:  # fmt: skip
@@ -40,7 +59,7 @@ class HandOut(Calls):
         if request.WhichOneof("item") == "anyCrawlID":
             pools = self.pools.known()
         else:
-            crawl = await self._crawl(request.crawlID, context)
+            crawl = await self.shared.crawl(request.crawlID, context)
             try:
                 pools = [await self.pools.of(crawl)]
             except TooManyCrawls as exc:

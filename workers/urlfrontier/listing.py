@@ -14,27 +14,32 @@ import grpc
 from frontier.core.lru import LRU
 from frontier.core.urls import Rejection, item_from_submission
 from topics.schemas import MAX_QUERY_LIMIT, UrlRecord
-from workers.urlfrontier.calls import Calls, known_item
 from workers.urlfrontier.mapping import API_DEFAULT_CRAWL, BadItem, api_crawl, queue_key, submission
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
+from workers.urlfrontier.shared import Shared, known_item
 
 LIST_PAGE = MAX_QUERY_LIMIT  # URL records or queue keys asked of a partition at a time
 LIST_ENDS = 256  # where the latest ListURLs calls ended: a call starting there resumes (the next page)
 ListAt = tuple[int, str, int]  # a listing's place: partition, the cursor of its page, records of the page read
 
 
-class Questions(Calls):
-    """The gateway's questions. Where the latest ListURLs calls ended: (crawl, key, filter, ignore
+class Questions:
+    """The gateway's questions: :meth:`GetStats`, :meth:`ListCrawls`, :meth:`CountURLs`,
+    :meth:`ListURLs`, :meth:`GetURLStatus`, :meth:`ListQueues` (the servicer's, handed here).
+    Given the gateway's :class:`~workers.urlfrontier.shared.Shared` (its crawl and ask steps, the
+    number of partitions). Owns where the latest ListURLs calls ended: (crawl, key, filter, ignore
     case, position) → its place; and ListQueues calls: (crawl, include inactive, position) → the
     last key (``LIST_ENDS`` of each, the oldest out first)."""
 
-    _list_ends: LRU[tuple[str, str, str, bool, int], ListAt]
-    _queue_ends: LRU[tuple[str, bool, int], str]
+    def __init__(self, shared: Shared) -> None:
+        self.shared = shared
+        self._list_ends: LRU[tuple[str, str, str, bool, int], ListAt] = LRU(LIST_ENDS)
+        self._queue_ends: LRU[tuple[str, bool, int], str] = LRU(LIST_ENDS)
 
     async def GetStats(self, request: pb.QueueWithinCrawlParams,
                        context: grpc.aio.ServicerContext[Any, Any]) -> pb.Stats:  # fmt: skip
-        crawl = await self._crawl(request.crawlID, context)
-        replies = await self._ask(context, "stats", crawl, key=request.key)
+        crawl = await self.shared.crawl(request.crawlID, context)
+        replies = await self.shared.ask(context, "stats", crawl, key=request.key)
         total: dict[str, int] = {}
         for reply in replies.values():
             for name, value in reply.counts.items():
@@ -45,18 +50,18 @@ class Questions(Calls):
                                 "active_queues": total.get("queues", 0)})  # fmt: skip
 
     async def ListCrawls(self, request: pb.Local, context: grpc.aio.ServicerContext[Any, Any]) -> pb.StringList:
-        replies = await self._ask(context, "crawls", "")
+        replies = await self.shared.ask(context, "crawls", "")
         names = sorted({api_crawl(c) for r in replies.values() for c in r.crawls})
         return pb.StringList(values=names)
 
     async def CountURLs(self, request: pb.CountUrlParams, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Long:
-        crawl = await self._crawl(request.crawlID, context)
+        crawl = await self.shared.crawl(request.crawlID, context)
         if request.filter:
             n = 0
             async for _ in self._records(context, crawl, request.key, request.filter, request.ignoreCase):
                 n += 1
             return pb.Long(value=n)
-        replies = await self._ask(context, "count", crawl, key=request.key)
+        replies = await self.shared.ask(context, "count", crawl, key=request.key)
         return pb.Long(value=sum(r.counts.get("count", 0) for r in replies.values()))
 
     async def _records(self, context: grpc.aio.ServicerContext[Any, Any], crawl: str, key: str, filter: str = "",
@@ -68,9 +73,9 @@ class Questions(Calls):
         asked no larger)."""
         needle = filter.lower() if ignore_case else filter
         p, after, skip = at if at is not None else (0, "", 0)
-        while p < self.cfg.topics.partitions:
+        while p < self.shared.cfg.topics.partitions:
             limit = LIST_PAGE if needle or want <= 0 else min(LIST_PAGE, skip + want)
-            reply = (await self._ask(context, "urls", crawl, [p], key=key, after=after, limit=limit))[p]
+            reply = (await self.shared.ask(context, "urls", crawl, [p], key=key, after=after, limit=limit))[p]
             following = (p, reply.more, 0) if reply.more else (p + 1, "", 0)
             for i in range(skip, len(reply.urls)):
                 record = reply.urls[i]
@@ -85,7 +90,7 @@ class Questions(Calls):
                        context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[pb.URLItem]:  # fmt: skip
         """``size`` records from ``start``. A call that starts where a recent one of the same
         listing ended (the next page) resumes there instead of reading the ``start`` records before."""
-        crawl = await self._crawl(request.crawlID, context)
+        crawl = await self.shared.crawl(request.crawlID, context)
         size = request.size or 100
         listing = (crawl, request.key, request.filter, request.ignoreCase)
         at = self._list_ends.pop((*listing, request.start), None) if request.start else None
@@ -102,14 +107,14 @@ class Questions(Calls):
 
     async def GetURLStatus(self, request: pb.URLStatusRequest,
                            context: grpc.aio.ServicerContext[Any, Any]) -> pb.URLItem:  # fmt: skip
-        crawl = await self._crawl(request.crawlID, context)
+        crawl = await self.shared.crawl(request.crawlID, context)
         try:
             key = queue_key(request.url, request.key)
             url = item_from_submission(submission(request.url, key, crawl, {}, None)).url
         except (BadItem, Rejection, ValueError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise
-        replies = await self._ask(context, "status", crawl, key=key, url=url)
+        replies = await self.shared.ask(context, "status", crawl, key=key, url=url)
         for reply in replies.values():
             if reply.urls:
                 return known_item(reply.urls[0])
@@ -120,13 +125,13 @@ class Questions(Calls):
         """``size`` keys from ``start`` in order: the partitions' pages merged as they come (a key
         in several partitions once), a page of each partition in memory at a time. A call that
         starts where a recent one ended resumes after its last key."""
-        crawl = await self._crawl(request.crawlID, context)
+        crawl = await self.shared.crawl(request.crawlID, context)
         size = request.size or 100
         inactive = request.include_inactive
         last = self._queue_ends.pop((crawl, inactive, request.start), None) if request.start else None
         n = request.start if last is not None else 0
         after = last or ""
-        first = await self._ask(context, "queues", crawl, after=after, limit=LIST_PAGE, inactive=inactive)
+        first = await self.shared.ask(context, "queues", crawl, after=after, limit=LIST_PAGE, inactive=inactive)
         pages = {p: (reply.queues, reply.more) for p, reply in first.items()}
         heads = [(names[0], p, 0) for p, (names, _) in pages.items() if names]
         heapq.heapify(heads)
@@ -135,7 +140,7 @@ class Questions(Calls):
             name, p, i = heapq.heappop(heads)
             names, more = pages[p]
             if i + 1 == len(names) and more:  # this partition's next page
-                reply = (await self._ask(context, "queues", crawl, [p], after=more, limit=LIST_PAGE,
+                reply = (await self.shared.ask(context, "queues", crawl, [p], after=more, limit=LIST_PAGE,
                                          inactive=inactive))[p]  # fmt: skip
                 pages[p] = names, more = reply.queues, reply.more
                 i = -1

@@ -17,7 +17,6 @@ from frontier.client.feed import caught_up
 from frontier.core.urls import Rejection, item_from_submission
 from topics.partitioning import partition_of
 from topics.schemas import Feedback, FeedbackBatch, Rejected, UrlItem, encode
-from workers.urlfrontier.calls import Calls
 from workers.urlfrontier.mapping import (
     BadItem,
     Signal,
@@ -29,6 +28,7 @@ from workers.urlfrontier.mapping import (
 )
 from workers.urlfrontier.pool import TooManyCrawls
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
+from workers.urlfrontier.shared import Shared
 
 log = logging.getLogger("urlfrontier")
 OK, SKIPPED, FAIL = pb.AckMessage.Status.OK, pb.AckMessage.Status.SKIPPED, pb.AckMessage.Status.FAIL
@@ -36,8 +36,17 @@ In = TypeVar("In")
 Out = TypeVar("Out")
 
 
-class Puts(Calls):
-    """The gateway's writes."""
+class Puts:
+    """The gateway's writes: :meth:`PutURLs` and :meth:`PutDiscovered` (the servicer's, handed
+    here). Given the configuration (``urlfrontier.put_window``, ``put_wait``, the topics), the
+    Kafka clients and the crawls' pools (of the gateway's :class:`~workers.urlfrontier.shared.Shared`);
+    owns nothing that outlives a call."""
+
+    def __init__(self, shared: Shared) -> None:
+        self.cfg = shared.cfg
+        self.kafka = shared.kafka
+        self.producer = shared.producer
+        self.pools = shared.pools
 
     async def _reject(self, reason: str, original: bytes) -> None:
         log.warning("URL skipped: %s", reason)

@@ -1,138 +1,140 @@
 """The URLFrontier API (crawler-commons URLFrontier 2.6) served over the Kafka frontier: the
-servicer, :class:`Gateway`, made of its parts.
+servicer, :class:`Gateway`, each of whose RPCs is handed to the part that does it.
 
 Every RPC maps onto what the frontier already does (see docs/URLFRONTIER.md for the table):
 PutURLs and PutDiscovered are submissions on ``crawl.urls`` (acknowledged once Kafka has them;
 a stream completes once the frontier applied them, so a client reads what it wrote:
 :mod:`workers.urlfrontier.puts`); GetURLs hands out the crawl's jobs
 (:mod:`workers.urlfrontier.handout`, :mod:`workers.urlfrontier.pool`); the questions
-(:mod:`workers.urlfrontier.listing`) and the deletions (here) go to every partition
-(:mod:`workers.urlfrontier.queries`); BlockQueueUntil, SetDelay and SetCrawlLimit are operators'
-commands on ``crawl.control`` (kept in the partitions' changelogged state); SetActive, GetActive,
-ListNodes and SetLogLevel are this gateway's own.
+(:mod:`workers.urlfrontier.listing`) and the deletions (:mod:`workers.urlfrontier.deletions`) go
+to every partition (:mod:`workers.urlfrontier.queries`); BlockQueueUntil, SetDelay and
+SetCrawlLimit are operators' commands on ``crawl.control`` (kept in the partitions' changelogged
+state: :mod:`workers.urlfrontier.commands`); SetActive and GetActive (the hand-out's), ListNodes
+and SetLogLevel are this gateway's own.
+
+The gateway owns its parts, each made with what it needs (the arrows go one way: no part knows
+the servicer or another part)::
+
+    Gateway ──> Puts ───────> Shared (cfg, kafka, producer, asker, pools; the crawl and ask steps)
+       ├──────> HandOut ──────^
+       ├──────> Questions ────^
+       ├──────> Deletions ────^
+       ├──────> Commands ─────^
+       └──────> Local (the address)
 """
 
 from __future__ import annotations
 
-import logging
-import time
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, TypeAlias
 
 import grpc
 
 from frontier.config import Config
-from frontier.core.lru import LRU
 from topics.kafka import AsyncProducer
-from topics.schemas import ControlCommand
+from workers.urlfrontier.commands import Commands, Local
+from workers.urlfrontier.deletions import Deletions
 from workers.urlfrontier.handout import HandOut
-from workers.urlfrontier.listing import LIST_ENDS, Questions
+from workers.urlfrontier.listing import Questions
 from workers.urlfrontier.pool import Pools
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
+from workers.urlfrontier.proto import urlfrontier_pb2_grpc as pbg
 from workers.urlfrontier.puts import Puts
 from workers.urlfrontier.queries import Asker
-from workers.urlfrontier.security import OWN_LOGGERS, own_logger
+from workers.urlfrontier.shared import Shared
+
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 
 
-class Gateway(Puts, HandOut, Questions):
-    """The URLFrontier servicer: writes (:class:`~workers.urlfrontier.puts.Puts`), GetURLs
-    (:class:`~workers.urlfrontier.handout.HandOut`), questions
-    (:class:`~workers.urlfrontier.listing.Questions`), and here the deletions, the operators'
-    commands and the gateway's own calls."""
+class Gateway(pbg.URLFrontierServicer):
+    """The URLFrontier servicer: every RPC, each handed to its part. Owns ``shared``
+    (:class:`~workers.urlfrontier.shared.Shared`: what the parts are given) and the parts:
+    ``puts`` (:class:`~workers.urlfrontier.puts.Puts`: PutURLs, PutDiscovered), ``handout``
+    (:class:`~workers.urlfrontier.handout.HandOut`: GetURLs, SetActive, GetActive), ``questions``
+    (:class:`~workers.urlfrontier.listing.Questions`: GetStats, ListCrawls, CountURLs, ListURLs,
+    GetURLStatus, ListQueues), ``deletions`` (:class:`~workers.urlfrontier.deletions.Deletions`:
+    DeleteCrawl, DeleteQueue, PurgeURLs), ``commands``
+    (:class:`~workers.urlfrontier.commands.Commands`: BlockQueueUntil, SetDelay, SetCrawlLimit)
+    and ``local`` (:class:`~workers.urlfrontier.commands.Local`: ListNodes, SetLogLevel). The
+    server calls :meth:`serve_known_crawls` once it serves."""
 
     def __init__(self, cfg: Config, kafka: Any, producer: AsyncProducer, asker: Asker, pools: Pools,
                  address: str) -> None:  # fmt: skip
-        self.cfg = cfg
-        self.kafka = kafka
-        self.producer = producer
-        self.asker = asker
-        self.pools = pools
-        self.address = address
-        self.active = True
-        self._background = set()  # hand-backs on their way
-        # where the latest ListURLs and ListQueues calls ended (a call starting there resumes)
-        self._list_ends = LRU(LIST_ENDS)
-        self._queue_ends = LRU(LIST_ENDS)
+        self.shared = Shared(cfg, kafka, producer, asker, pools)
+        self.puts = Puts(self.shared)
+        self.handout = HandOut(self.shared)
+        self.questions = Questions(self.shared)
+        self.deletions = Deletions(self.shared)
+        self.commands = Commands(self.shared)
+        self.local = Local(address)
 
-    # -- deletions ----------------------------------------------------------------------------------
-    async def DeleteCrawl(self, request: pb.DeleteCrawlMessage,
-                          context: grpc.aio.ServicerContext[Any, Any]) -> pb.Long:  # fmt: skip
-        crawl = await self._crawl(request.value, context)
-        replies = await self._ask(context, "delete_crawl", crawl)
-        pool = self.pools.pools.get(crawl)
-        if pool is not None:
-            for job in pool.take(None, 0, 0, 1_000_000):  # ready jobs of the deleted crawl: back (dropped there)
-                await job.release()
-            pool.handed.clear()
-        return pb.Long(value=sum(r.counts.get("removed", 0) for r in replies.values()))
+    async def serve_known_crawls(self) -> None:
+        await self.handout.serve_known_crawls()
 
-    async def DeleteQueue(self, request: pb.QueueWithinCrawlParams,
-                          context: grpc.aio.ServicerContext[Any, Any]) -> pb.Long:  # fmt: skip
-        crawl = await self._crawl(request.crawlID, context)
-        if not request.key:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "DeleteQueue needs a key")
-        replies = await self._ask(context, "delete_queue", crawl, key=request.key)
-        pool = self.pools.pools.get(crawl)
-        if pool is not None:
-            for job in pool.take(request.key, 0, 0, 1_000_000):
-                await job.release()
-        return pb.Long(value=sum(r.counts.get("removed", 0) for r in replies.values()))
+    # -- writes (a stream's answers pass through as they come) ----------------------------------------
+    async def PutURLs(self, request_iterator: AsyncIterator[pb.URLItem],
+                      context: Context) -> AsyncIterator[pb.AckMessage]:  # fmt: skip
+        async for ack in self.puts.PutURLs(request_iterator, context):
+            yield ack
 
-    async def PurgeURLs(self, request: pb.PurgeUrlParams, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Long:
-        """Remove the URLs first recorded more than ``days`` days ago (of ``key``, or every queue)."""
-        crawl = await self._crawl(request.crawlID, context)
-        cutoff = time.time() - 86400.0 * request.days
-        replies = await self._ask(context, "purge", crawl, key=request.key, until=cutoff)
-        return pb.Long(value=sum(r.counts.get("removed", 0) for r in replies.values()))
+    async def PutDiscovered(self, request_iterator: AsyncIterator[pb.DiscoveredBatch],
+                            context: Context) -> AsyncIterator[pb.BatchAck]:  # fmt: skip
+        async for ack in self.puts.PutDiscovered(request_iterator, context):
+            yield ack
 
-    # -- operators' commands --------------------------------------------------------------------------
-    async def _command(self, context: grpc.aio.ServicerContext[Any, Any], cmd: ControlCommand) -> pb.Empty:
-        try:
-            cmd.validate()
-            await self.asker.command(cmd)
-        except ValueError as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        except Exception as exc:  # noqa: BLE001 - Kafka refused it: the client may try again
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"command not sent: {exc}")
-        return pb.Empty()
+    # -- the hand-out ------------------------------------------------------------------------------
+    async def GetURLs(self, request: pb.GetParams, context: Context) -> AsyncIterator[pb.URLInfo]:
+        async for info in self.handout.GetURLs(request, context):
+            yield info
 
-    async def BlockQueueUntil(self, request: pb.BlockQueueParams,
-                              context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:  # fmt: skip
-        """Politeness is one per host across crawls: the block holds for every crawl."""
-        if not request.key:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "BlockQueueUntil needs a key")
-        return await self._command(context, ControlCommand(action="block", scope=request.key,
-                                                           until=float(request.time)))  # fmt: skip
+    async def SetActive(self, request: pb.Active, context: Context) -> pb.Empty:
+        return await self.handout.SetActive(request, context)
 
-    async def SetDelay(self, request: pb.QueueDelayParams, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:
-        if not request.key:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "SetDelay without a key (every queue) is the "
-                                "frontier's configuration: throttle.delay; give a key")  # fmt: skip
-        return await self._command(context, ControlCommand(action="set", scope=request.key,
-                                                           delay=float(request.delay_requestable)))  # fmt: skip
+    async def GetActive(self, request: pb.Local, context: Context) -> pb.Boolean:
+        return await self.handout.GetActive(request, context)
 
-    async def SetCrawlLimit(self, request: pb.CrawlLimitParams,
-                            context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:  # fmt: skip
-        """The limit holds per host of the crawl (the frontier's crawl limit), whatever the key."""
-        crawl = await self._crawl(request.crawlID, context)
-        return await self._command(context, ControlCommand(action="limit", crawl=crawl, per_host=request.limit))
+    # -- questions -----------------------------------------------------------------------------------
+    async def GetStats(self, request: pb.QueueWithinCrawlParams, context: Context) -> pb.Stats:
+        return await self.questions.GetStats(request, context)
 
-    async def SetActive(self, request: pb.Active, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:
-        self.active = request.state  # this gateway's: an inactive one hands nothing out
-        return pb.Empty()
+    async def ListCrawls(self, request: pb.Local, context: Context) -> pb.StringList:
+        return await self.questions.ListCrawls(request, context)
 
-    async def GetActive(self, request: pb.Local, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Boolean:
-        return pb.Boolean(state=self.active)
+    async def CountURLs(self, request: pb.CountUrlParams, context: Context) -> pb.Long:
+        return await self.questions.CountURLs(request, context)
 
-    async def ListNodes(self, request: pb.Empty, context: grpc.aio.ServicerContext[Any, Any]) -> pb.StringList:
-        return pb.StringList(values=[self.address])
+    async def ListURLs(self, request: pb.ListUrlParams, context: Context) -> AsyncIterator[pb.URLItem]:
+        async for item in self.questions.ListURLs(request, context):
+            yield item
 
-    async def SetLogLevel(self, request: pb.LogLevelParams, context: grpc.aio.ServicerContext[Any, Any]) -> pb.Empty:
-        """Only this project's loggers (:func:`~workers.urlfrontier.security.own_logger`): a client
-        may not silence the root logger, nor make gRPC or librdkafka log every call at DEBUG."""
-        if not own_logger(request.package):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"SetLogLevel changes this project's loggers only ({', '.join(OWN_LOGGERS)} and "
-                                f"their children), not {request.package[:100]!r}")  # fmt: skip
-        level = {0: logging.DEBUG, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING, 4: logging.ERROR}
-        logging.getLogger(request.package).setLevel(level.get(request.level, logging.INFO))
-        return pb.Empty()
+    async def GetURLStatus(self, request: pb.URLStatusRequest, context: Context) -> pb.URLItem:
+        return await self.questions.GetURLStatus(request, context)
+
+    async def ListQueues(self, request: pb.Pagination, context: Context) -> pb.QueueList:
+        return await self.questions.ListQueues(request, context)
+
+    # -- deletions -----------------------------------------------------------------------------------
+    async def DeleteCrawl(self, request: pb.DeleteCrawlMessage, context: Context) -> pb.Long:
+        return await self.deletions.DeleteCrawl(request, context)
+
+    async def DeleteQueue(self, request: pb.QueueWithinCrawlParams, context: Context) -> pb.Long:
+        return await self.deletions.DeleteQueue(request, context)
+
+    async def PurgeURLs(self, request: pb.PurgeUrlParams, context: Context) -> pb.Long:
+        return await self.deletions.PurgeURLs(request, context)
+
+    # -- operators' commands, the gateway's own --------------------------------------------------------
+    async def BlockQueueUntil(self, request: pb.BlockQueueParams, context: Context) -> pb.Empty:
+        return await self.commands.BlockQueueUntil(request, context)
+
+    async def SetDelay(self, request: pb.QueueDelayParams, context: Context) -> pb.Empty:
+        return await self.commands.SetDelay(request, context)
+
+    async def SetCrawlLimit(self, request: pb.CrawlLimitParams, context: Context) -> pb.Empty:
+        return await self.commands.SetCrawlLimit(request, context)
+
+    async def ListNodes(self, request: pb.Empty, context: Context) -> pb.StringList:
+        return await self.local.ListNodes(request, context)
+
+    async def SetLogLevel(self, request: pb.LogLevelParams, context: Context) -> pb.Empty:
+        return await self.local.SetLogLevel(request, context)

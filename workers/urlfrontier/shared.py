@@ -1,8 +1,5 @@
-"""The ground the URLFrontier servicer's parts stand on (:class:`Calls`): what the gateway holds
-(configuration, producer, the partitions' asker, the crawls' pools) and the two steps every call
-takes (its crawl ID read, its question asked of the partitions), and the API's messages made of
-the frontier's records. ``puts``, ``handout``, ``listing`` and ``service`` add the RPCs.
-"""
+"""What the URLFrontier servicer's parts share (:class:`Shared`), and the API's messages made of
+the frontier's records (:func:`api_metadata`, :func:`known_item`)."""
 
 from __future__ import annotations
 
@@ -16,31 +13,38 @@ from topics.schemas import DEFAULT_CRAWL, Reply, UrlRecord
 from workers.urlfrontier.mapping import api_crawl, frontier_crawl
 from workers.urlfrontier.pool import Pools
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
-from workers.urlfrontier.proto import urlfrontier_pb2_grpc as pbg
 from workers.urlfrontier.queries import Asker, Unanswered, new_query
 
 
-class Calls(pbg.URLFrontierServicer):
-    """What every part of the gateway's servicer uses (the gateway, :class:`~workers.urlfrontier.service.Gateway`,
-    sets these up)."""
+class Shared:
+    """What the gateway's parts share, made by :class:`~workers.urlfrontier.service.Gateway` and
+    given to each part when it is made: the configuration (``cfg``: its limits are
+    ``cfg.urlfrontier``), the Kafka clients (``kafka``, ``producer``), the partitions' asker
+    (``asker``) and the crawls' pools (``pools``); and the two steps a call takes, :meth:`crawl`
+    (the API's crawl ID as the frontier's) and :meth:`ask` (a question asked of the partitions),
+    each ending the call with its gRPC status when it fails. Holds no state of its own."""
 
-    cfg: Config
-    kafka: Any
-    producer: AsyncProducer
-    asker: Asker
-    pools: Pools
-    address: str
-    active: bool  # this gateway's SetActive: an inactive one hands nothing out
+    __slots__ = ("asker", "cfg", "kafka", "pools", "producer")
 
-    async def _crawl(self, crawl_id: str, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    def __init__(self, cfg: Config, kafka: Any, producer: AsyncProducer, asker: Asker, pools: Pools) -> None:
+        self.cfg = cfg
+        self.kafka = kafka
+        self.producer = producer
+        self.asker = asker
+        self.pools = pools
+
+    async def crawl(self, crawl_id: str, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+        """The frontier's crawl of the API's ``crawl_id`` (``INVALID_ARGUMENT``: not a crawl name)."""
         try:
             return frontier_crawl(crawl_id)
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
             raise  # not reached: abort raises
 
-    async def _ask(self, context: grpc.aio.ServicerContext[Any, Any], kind: str, crawl: str = DEFAULT_CRAWL,
-                   partitions: list[int] | None = None, **fields: Any) -> dict[int, Reply]:  # fmt: skip
+    async def ask(self, context: grpc.aio.ServicerContext[Any, Any], kind: str, crawl: str = DEFAULT_CRAWL,
+                  partitions: list[int] | None = None, **fields: Any) -> dict[int, Reply]:  # fmt: skip
+        """The replies of ``partitions`` (None: every one) to a question of ``kind``
+        (``UNAVAILABLE``: some did not answer in time; ``INTERNAL``: the question failed)."""
         try:
             return await self.asker.ask(new_query(kind, crawl=crawl, **fields), partitions)
         except Unanswered as exc:
