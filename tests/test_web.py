@@ -355,10 +355,10 @@ def test_history_ages_out_points_scopes_and_instances() -> None:
     clock.now += HISTORY_SECONDS
     assert feed.history_json("busy.test")["points"] == []
     feed.prune()
-    assert feed.history == {}
+    assert len(feed.history) == 0
     feed.apply(b"b", snapshot("b", clock.now, [row("x.test")]))
     feed.apply(b"b", None)  # a tombstone removes the instance
-    assert feed.latest == {}
+    assert len(feed.latest) == 0
 
 
 def test_history_keeps_the_most_recent_scopes_and_texts_within_their_limits() -> None:

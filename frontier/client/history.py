@@ -26,11 +26,11 @@ from __future__ import annotations
 import threading
 import time
 from array import array
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 from frontier.client.status import LIVE_SECONDS, overview
+from frontier.core.lru import LRU
 from topics.schemas import SchemaError, ScopeStatus, Status, decode
 
 HISTORY_SECONDS = 1800.0  # a scope's points are kept this long (30 min)
@@ -134,8 +134,8 @@ class StatusHistory:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self._lock = threading.Lock()
-        self.latest: OrderedDict[bytes, Status] = OrderedDict()  # oldest snapshot first
-        self.history: OrderedDict[str, _Series] = OrderedDict()  # least recently updated first
+        self.latest: LRU[bytes, Status] = LRU(MAX_INSTANCES)  # oldest snapshot first
+        self.history: LRU[str, _Series] = LRU(HISTORY_SCOPES)  # least recently updated first
         self._pruned_at = float("-inf")
 
     def apply(self, key: bytes, value: bytes | None) -> None:
@@ -149,10 +149,7 @@ class StatusHistory:
             except SchemaError:
                 return
             now = self.clock()
-            self.latest.pop(key, None)
-            self.latest[key] = status
-            if len(self.latest) > MAX_INSTANCES:
-                self.latest.popitem(last=False)
+            self.latest.put(key, status)
             if now - status.at <= HISTORY_SECONDS:
                 for row in status.scopes:
                     self._add(row.scope, status.at, row)
@@ -162,14 +159,13 @@ class StatusHistory:
     _apply = apply  # the name tests/test_status.py feeds
 
     def _add(self, scope: str, at: float, row: ScopeStatus) -> None:
-        series = self.history.get(scope)
+        series = self.history.peek(scope)
         if series is None:
-            series = self.history[scope] = _Series()
-            if len(self.history) > HISTORY_SCOPES:
-                self.history.popitem(last=False)
+            series = _Series()
+            self.history.put(scope, series)
         if at > series.last_at():
             series.append(at, row)
-            self.history.move_to_end(scope)
+            self.history.get(scope)  # (read: now the most recently updated)
 
     def _prune(self, now: float) -> None:
         """Drop instances gone for INSTANCE_SECONDS, points older than HISTORY_SECONDS, and the
@@ -178,8 +174,7 @@ class StatusHistory:
         for key in [k for k, s in self.latest.items() if now - s.at > INSTANCE_SECONDS]:
             del self.latest[key]
         cutoff = now - HISTORY_SECONDS
-        for scope in list(self.history):
-            series = self.history[scope]
+        for scope, series in list(self.history.items()):
             series.drop_before(cutoff)
             if not len(series):
                 del self.history[scope]
@@ -198,6 +193,6 @@ class StatusHistory:
 
     def history_json(self, scope: str) -> dict[str, Any]:
         with self._lock:
-            series = self.history.get(scope)
+            series = self.history.peek(scope)
             points = series.points(self.clock() - HISTORY_SECONDS) if series is not None else []
         return {"scope": scope, "points": points}

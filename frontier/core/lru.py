@@ -53,6 +53,10 @@ class LRU(Generic[K, V]):
         """The value of ``key``, or ``default``, without refreshing it."""
         return self._entries.get(key, default)
 
+    def __getitem__(self, key: K) -> V:
+        """The value of ``key`` without refreshing it (as :meth:`peek`); KeyError when absent."""
+        return self._entries[key]
+
     def put(self, key: K, value: V) -> None:
         """``key`` → ``value``, the most recent entry; the oldest beyond ``size`` are dropped."""
         self._entries[key] = value

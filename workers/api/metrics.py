@@ -5,7 +5,6 @@ never named: no label carries a host, URL or scope)."""
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from frontier.core.lru import LRU
 from frontier.observability.process import FETCH_CLASSES, LATENCY_BUCKETS, fetch_class, process_metrics
 from topics.schemas import DEFAULT_CRAWL
 from workers.api.clock import SYSTEM
@@ -65,18 +65,15 @@ class HostWatch:
 
     def __init__(self, size: int = MAX_WATCHED_HOSTS) -> None:
         self.size = size
-        self._runs: OrderedDict[str, _Run] = OrderedDict()
-        self._robots: OrderedDict[str, tuple[float, bool]] = OrderedDict()
+        self._runs: LRU[str, _Run] = LRU(size)  # least recently answered first
+        self._robots: LRU[str, tuple[float, bool]] = LRU(size)
         self._lock = threading.Lock()
 
     def answer(self, host: str, kind: str, signal: str | None, now: float) -> None:
         with self._lock:
             if kind == "robots":
-                self._robots[host] = (now, signal is not None)
-                self._robots.move_to_end(host)
-                if len(self._robots) > self.size:
-                    self._robots.popitem(last=False)
-            run = self._runs.get(host)
+                self._robots.put(host, (now, signal is not None))
+            run = self._runs.peek(host)
             if signal is None:
                 if run is not None:
                     run.ok += 1
@@ -84,11 +81,11 @@ class HostWatch:
                         del self._runs[host]
                 return
             if run is None:
-                run = self._runs[host] = _Run(since=now, last=now)
-                if len(self._runs) > self.size:
-                    self._runs.popitem(last=False)
+                run = _Run(since=now, last=now)
+                self._runs.put(host, run)
+            else:
+                self._runs.get(host)  # (read: now the most recently answered)
             run.last = now
-            self._runs.move_to_end(host)
             if signal == "limit":
                 run.limit += 1
             else:
@@ -98,11 +95,8 @@ class HostWatch:
         """Hosts refusing now, by signal (runs not answered for ``REFUSING_STALE`` are dropped)."""
         counts = dict.fromkeys(SIGNALS, 0)
         with self._lock:
-            while self._runs:
-                host, first = next(iter(self._runs.items()))
-                if now - first.last < REFUSING_STALE:
-                    break
-                del self._runs[host]
+            while (oldest := self._runs.oldest()) is not None and now - oldest[1].last >= REFUSING_STALE:
+                del self._runs[oldest[0]]
             for run in self._runs.values():
                 if run.limit + run.outage >= REFUSING_RUN:
                     counts["limit" if run.limit >= run.outage else "outage"] += 1
@@ -112,11 +106,8 @@ class HostWatch:
         """Hosts by their latest robots.txt fetch of the last ``ROBOTS_WINDOW`` seconds."""
         counts = {"failing": 0, "answered": 0}
         with self._lock:
-            while self._robots:
-                host, (at, _) = next(iter(self._robots.items()))
-                if now - at < ROBOTS_WINDOW:
-                    break
-                del self._robots[host]
+            while (first := self._robots.oldest()) is not None and now - first[1][0] >= ROBOTS_WINDOW:
+                del self._robots[first[0]]
             for _, failed in self._robots.values():
                 counts["failing" if failed else "answered"] += 1
         return counts
