@@ -272,7 +272,7 @@ class AsyncProducer:
     def send_bare(
         self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None
     ) -> None:
-        """Produce with no delivery callback at all (cheapest; see FrontierService._mark)."""
+        """Produce with no delivery callback at all (cheapest; see _Owned.commit (frontier/service/owned.py))."""
         produce(self._producer, topic, value, key, partition)
 
     def raise_errors(self) -> None:

@@ -4,6 +4,6 @@ event loop is held (``loop``). ``process``: what the frontier's and the workers'
 (the only module here workers import).
 
 May import: ``frontier.client`` (the status views the page shows), ``frontier.core``,
-``frontier.config``, ``topics``; ``web`` also serves the ``FrontierService`` it is given (its
-type only). Checked by ``lint-imports`` (pyproject.toml).
+``frontier.config``, ``topics``; ``web`` also serves the service's ``Reporting`` part it is
+given (its type only). Checked by ``lint-imports`` (pyproject.toml).
 """
