@@ -112,3 +112,45 @@ def test_load_counts_the_stored_entries_and_places_new_ones_after_them() -> None
     assert again.count(queue_id(["a.test"])) == 3 and again.queued_hosts() == 1
     assert again.qkey(queue_id(["a.test"]), url("a.test", 9), 0.0) > keys[-1]  # its clock is behind: after them
     assert list(crawls.names()) == ["default"]  # the crawl queued here has a record now
+
+
+class CountingKV(MemoryKV):
+    """A MemoryKV that counts the heads read (``first``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.firsts = 0
+
+    def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:
+        self.firsts += 1
+        return super().first(prefix)
+
+
+def test_a_turn_between_crawls_reads_only_the_heads_that_changed() -> None:
+    """Issue 39: a host's turn between crawls read every crawl's queue head from the store (50
+    crawls: 50 seeks a turn). A head's priority is kept until an entry leaves its queue, raised
+    when a higher one comes in: the choices are the same, the seeks one per queue that changed."""
+    kv = CountingKV()
+    store = Store(kv, lambda k, v: None)
+    crawls = Crawls(0, store, FrontierConfig())
+    queues = Queues(store, crawls)
+    names = [f"c{n:02d}" for n in range(20)]
+    qkeys = {name: [put(queues, ["a.test"], url("a.test", n, crawl=name), 0.0) for n in range(3)] for name in names}
+    base = queue_id(["a.test"])
+    group = queues.groups[base]
+    chosen = queues.choose(base, group)
+    assert kv.firsts == len(names)  # each head read once
+    for turn in range(10):
+        qid = chosen
+        name = next(n for n in names if queue_id(["a.test"], n) == qid)
+        kv.delete(qkeys[name].pop(0))  # the chosen queue sends its head (as the dispatcher does)
+        queues.dequeued(qid)
+        queues.took_turn(qid)
+        before = kv.firsts
+        chosen = queues.choose(base, group)
+        assert kv.firsts - before <= 1, f"turn {turn}: {kv.firsts - before} heads read"
+        assert chosen != qid  # round robin: another crawl's turn
+    late = names[-1]
+    before = kv.firsts
+    put(queues, ["a.test"], url("a.test", 99, crawl=late, priority=7), 0.0)
+    assert queues.choose(base, group) == queue_id(["a.test"], late) and kv.firsts == before

@@ -87,6 +87,9 @@ class Queues:
         self._multi: dict[str, set[QueueId]] = {}
         self.groups: dict[QueueId, set[QueueId]] = {}  # default crawl's queue id → other crawls' queues of its scopes
         self._served: dict[QueueId, int] = {}  # queue → the turn it was last chosen at (round robin)
+        # queue → the priority at its head, as last read by choose (a turn between crawls reads
+        # only the heads that changed: an entry in raises it, an entry out drops it)
+        self._heads: dict[QueueId, int] = {}
         self._turn = 0
         self._parked: dict[str, set[QueueId]] = defaultdict(set)  # waiting crawl → its queues put aside
         self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see qkey
@@ -132,6 +135,9 @@ class Queues:
         """Queue ``item`` at ``qkey``; ``raw``: its encoding when the caller has it."""
         qid = queue_of(qkey)
         self._store.put(qkey, encoder.encode(item) if raw is None else raw)
+        head = self._heads.get(qid)
+        if head is not None and (priority := entry_priority(qkey)) > head:
+            self._heads[qid] = priority
         if is_multi(qid) and qid not in self._queued:
             self.index(qid)
         self._queued[qid] += 1
@@ -143,6 +149,7 @@ class Queues:
 
     def dequeued(self, qid: QueueId) -> None:
         """One URL left ``qid`` (leased, or reported)."""
+        self._heads.pop(qid, None)  # read again at its next turn
         self._queued[qid] -= 1
         self._crawl_queued[queue_crawl(qid)] -= 1
 
@@ -171,6 +178,7 @@ class Queues:
                     if not group:
                         del self.groups[base]
         self._served.pop(qid, None)
+        self._heads.pop(qid, None)
 
     def emptied(self, qid: QueueId, n: int) -> None:
         """``n`` entries of ``qid`` were removed, the last ones: the queue leaves."""
@@ -214,18 +222,24 @@ class Queues:
     def choose(self, qid: QueueId, group: set[QueueId]) -> QueueId:
         """The queue that takes this turn of ``qid``'s scopes: among the crawls' queues of the
         same scopes that are not held, the highest priority at the head, then the one served
-        longest ago (round robin: :meth:`took_turn` stamps a queue when it sends)."""
+        longest ago (round robin: :meth:`took_turn` stamps a queue when it sends). A head's
+        priority is read from the store once, then kept until an entry leaves its queue: a turn
+        seeks the heads that changed since, not every crawl's."""
         waits = self._crawls.waits
         live = [q for q in (queue_base(qid), *group) if self._queued.get(q, 0) > 0 and not waits(queue_crawl(q))]
         if len(live) < 2:
             return qid  # nothing to share (one crawl alone on these scopes): no look at the heads
         best: tuple[int, int] | None = None
         chosen = qid
+        heads = self._heads
         for q in live:
-            head = self._kv.first(queue_prefix(q))
-            if head is None:
-                continue
-            rank = (entry_priority(head[0]), -self._served.get(q, -1))
+            priority = heads.get(q)
+            if priority is None:
+                head = self._kv.first(queue_prefix(q))
+                if head is None:
+                    continue
+                priority = heads[q] = entry_priority(head[0])
+            rank = (priority, -self._served.get(q, -1))
             if best is None or rank > best:
                 best, chosen = rank, q
         return chosen
