@@ -151,3 +151,50 @@ async def test_a_fenced_writer_closes_whatever_its_flush_raises_for_the_fatal_er
     await other.start()
     with pytest.raises(SystemError):  # any other SystemError is a bug to see, not a release to hide
         await other.close()
+
+
+async def test_a_transaction_sends_the_last_value_written_to_each_changelog_key_once() -> None:
+    """A host's state written by a result and again by its next job's send: one changelog record of
+    the transaction (its last value); the other records go after them, in the order written; a key
+    written again during a commit goes again in the next transaction."""
+    rec = Recorder()
+    writer = PartitionWriter(rec, "state", 1, applied=-1)
+    await writer.start()
+    rec.hold.set()
+    writer.write("state", b"h1", b"Hhost", 1)
+    writer.write("state", b"l1", b"Llease", 1)
+    writer.write("jobs", b"job1", b"host")
+    writer.write("state", b"h2", b"Hhost", 1)
+    writer.write("state", None, b"Qentry", 1)
+    writer.write("jobs", b"job2", b"host")
+    writer.commit()
+    await until(lambda: writer._committing is not None)
+    writer.write("state", b"h3", b"Hhost", 1)  # during the commit: the next transaction's
+    rec.hold.clear()
+    assert await writer.close() is not None
+    assert rec.sent == [("state", b"Hhost", b"h2"), ("state", b"Llease", b"l1"), ("state", b"Qentry", None),
+                        ("jobs", b"host", b"job1"), ("jobs", b"host", b"job2"), ("state", ACK_KEY, None),
+                        ("state", b"Hhost", b"h3"), ("state", ACK_KEY, None)]  # fmt: skip
+    assert rec.commits == 2
+
+
+class QueueFull(Recorder):
+    """A producer whose local queue took only the first changelog record of a batch."""
+
+    def produce_batch(self, topic: str, messages: list[dict[str, object]], partition: int = -1,
+                      on_delivery: object = None) -> int:  # fmt: skip
+        self.produce(topic, messages[0].get("value"), messages[0].get("key"), partition)  # type: ignore[arg-type]
+        for m in messages[1:]:
+            m["_error"] = KafkaError(KafkaError._QUEUE_FULL)
+        return 1
+
+
+async def test_changelog_records_a_full_queue_refused_are_sent_one_by_one() -> None:
+    rec = QueueFull()
+    writer = PartitionWriter(rec, "state", 0, applied=-1)
+    await writer.start()
+    for n in range(3):
+        writer.write("state", b"v", b"k%d" % n, 0)
+    writer.commit()
+    assert await writer.close() is not None
+    assert [k for _, k, _ in rec.sent] == [b"k0", b"k1", b"k2", ACK_KEY]

@@ -74,8 +74,14 @@ def rocks_options() -> Options:
     return opts
 
 
+_BYTES = [bytes((b,)) for b in range(256)]  # each byte as a one-byte string
+
+
 def prefix_end(prefix: bytes) -> bytes | None:
     """The smallest key above every key starting with ``prefix`` (None: no such key, e.g. b"\\xff")."""
+    last = prefix[-1] if prefix else 0xFF
+    if last != 0xFF:  # (the common case, without a copy to change)
+        return prefix[:-1] + _BYTES[last + 1]
     end = bytearray(prefix)
     while end and end[-1] == 0xFF:
         end.pop()
@@ -182,7 +188,20 @@ class RocksKV:
             it.next()
 
     def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:
-        return next(self.scan(prefix), None)
+        """The first entry under ``prefix`` (``scan``'s first, one seek without a generator)."""
+        bound = prefix_end(prefix)
+        if bound is None:
+            it = self._db.iter()
+        else:
+            options = ReadOptions()
+            options.set_iterate_upper_bound(bound)
+            it = self._db.iter(options)
+        it.seek(prefix)
+        if it.valid():
+            key: bytes = it.key()
+            if key.startswith(prefix):
+                return key, it.value()
+        return None
 
     def cursor(self, prefix: bytes, after: bytes = b"") -> Cursor:
         cursor = RocksCursor(self, self._db, prefix, after)

@@ -35,6 +35,7 @@ import logging
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from frontier.config import Config
@@ -172,15 +173,19 @@ class FrontierService:
         if owned.applied_before(FEEDBACK, event):
             return
         now = self.clock()
+        applied: Counter[tuple[str, int]] = Counter()  # (outcome, status) → results applied: counted once a batch
+        feedback = owned.frontier.feedback
         for fb in batch.items:
             try:
-                owned.frontier.feedback(fb, now)
+                feedback(fb, now)
             except Exception as exc:  # one bad result must not stop the others, nor come back forever
                 log.exception("feedback for %s could not be applied", fb.url[:200])
                 await self._reject(f"feedback not applied: {type(exc).__name__}: {exc}"[:500], encode(fb),
                                    self.topics.feedback, p, record_offset(event))  # fmt: skip
                 continue
-            self.metrics.feedback.labels(fetch_class(fb.outcome, fb.status)).inc()
+            applied[fb.outcome, fb.status] += 1
+        for (outcome, status), n in applied.items():
+            self.metrics.feedback.labels(fetch_class(outcome, status)).inc(n)
         offset = input_offset(event)
         owned.fed(owned.feedback_due if offset is None else offset)
         owned.note(FEEDBACK, event)
@@ -286,9 +291,14 @@ class FrontierService:
     def _publish(self, owned: _Owned, result: Dispatch) -> None:
         """A round's jobs and report pages, in the partition's open transaction after its leases;
         each job on its crawl's jobs topic (only that crawl's workers read it)."""
+        kinds: Counter[str] = Counter()  # counted once a round
+        write, jobs_of = owned.writer.write, self.topics.jobs_of
         for job, record in zip(result.jobs, result.records, strict=True):
-            owned.writer.write(self.topics.jobs_of(job.item.crawl), record, job.item.host.encode())
-            self.metrics.jobs.labels(job.kind).inc()
+            item = job.item
+            write(jobs_of(item.crawl), record, item.host.encode())
+            kinds[job.kind] += 1
+        for kind, n in kinds.items():
+            self.metrics.jobs.labels(kind).inc(n)
         for report in result.reports:
             owned.writer.write(self.topics.pages, encode(report.page), report.page.url.encode())
         for sub in result.submissions:  # through intake like any submission (its router routes it)

@@ -9,12 +9,19 @@ instance that froze past its session and carries on (a zombie) can neither chang
 nor hand workers a job: readers (restores, standby copies, workers, page readers) read committed
 records only, librdkafka's default.
 
-Writes are group-committed: records accumulate in the open transaction and one commit (on a
+Writes are group-committed: records accumulate for the next transaction and one commit (on a
 thread of its own, about a round trip) closes them; the callbacks registered for them (acks of
 input events, report leases) run once it committed. Records written while a commit is in flight
-are kept in order and open the next transaction. The last record of each transaction is a marker
-on the changelog partition (``ACK_KEY``, a tombstone never stored) whose offset tells how far the
-store is in the changelog: the offset a clean close records (``applied``).
+wait for the next transaction. The last record of each transaction is a marker on the changelog
+partition (``ACK_KEY``, a tombstone never stored) whose offset tells how far the store is in the
+changelog: the offset a clean close records (``applied``).
+
+The changelog records of one transaction are coalesced: only the last value written to a key goes
+(a host's state written by a result and again by its next job's send is one record), in one
+``produce_batch``. A transaction is applied whole by every reader (restores and standby copies
+read committed records, to the end of the changelog), so its last value per key is all they ever
+keep of it. The other records (jobs, pages, submissions) go one by one in the order written,
+after the transaction's changelog records.
 """
 
 from __future__ import annotations
@@ -44,6 +51,7 @@ class TransactionalProducer(Protocol):
     def begin_transaction(self) -> None: ...
     def commit_transaction(self, timeout: float) -> None: ...
     def produce(self, topic: str, value: bytes | None = ..., *args: Any, **kwargs: Any) -> None: ...
+    def produce_batch(self, topic: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> int: ...
     def poll(self, timeout: float) -> int: ...
     def flush(self, timeout: float) -> int: ...
     def purge(self) -> None: ...
@@ -89,7 +97,10 @@ class PartitionWriter:
         self._open = False  # a transaction is open on the producer
         self._written = 0  # records in the open transaction
         self._then: list[Callable[[], None]] = []  # run once the open transaction commits
-        self._held: list[tuple[str, bytes | None, bytes | None, int | None]] = []  # written during a commit
+        # written since the last commit began, for the next transaction: the changelog records by key
+        # (the last value written wins), the other records in order
+        self._log: dict[bytes, bytes | None] = {}
+        self._held: list[tuple[str, bytes | None, bytes | None, int | None]] = []
         self._held_then: list[Callable[[], None]] = []  # registered during a commit: for the next one
         self._committing: asyncio.Task[None] | None = None
         self._committed = asyncio.Event()  # set after each commit round (room for held records)
@@ -106,7 +117,8 @@ class PartitionWriter:
         """Commit what is open and let the producer go; the changelog offset the store is complete
         up to, or None when its writes did not all commit (then it must be rebuilt)."""
         try:
-            while self._committing is not None or self._written or self._then or self._held or self._held_then:
+            while (self._committing is not None or self._written or self._then or self._log or self._held
+                   or self._held_then):  # fmt: skip
                 if self.failed is not None:
                     break
                 if self._committing is None:
@@ -138,29 +150,50 @@ class PartitionWriter:
 
     # -- writing ------------------------------------------------------------------------------
     def write(self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None) -> None:
-        """Send one record in the partition's current transaction (in order after every earlier one)."""
+        """Write one record in the partition's next transaction (a changelog record replaces the one
+        written to its key since the last commit began; any other goes after every earlier one)."""
         if self.failed is not None:
             return  # the partition is being dropped: nothing it writes counts
-        if self._committing is not None:
+        if key is not None and partition == self.partition and topic == self._topic:
+            self._log[key] = value
+        else:
             self._held.append((topic, value, key, partition))
-            return
-        self._produce(topic, value, key, partition)
 
-    def _produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None) -> None:
-        if self.failed is not None:
-            return
+    def _produce_held(self) -> None:
+        """Put what was written since the last commit began into the open transaction: the
+        changelog records first (one per key, in one batch), then the others in order."""
+        log, self._log = self._log, {}
+        held, self._held = self._held, []
+        producer = self._producer
         try:
             if not self._open:
-                self._producer.begin_transaction()
+                producer.begin_transaction()
                 self._open = True
-            produce(self._producer, topic, value, key, partition)  # type: ignore[arg-type]
+            if log:
+                self._produce_log(log)
+            for topic, value, key, partition in held:
+                produce(producer, topic, value, key, partition)  # type: ignore[arg-type]
         except KafkaException as exc:
             # the producer went fatal between two commits (fenced by the partition's new owner after
             # a freeze, say): the partition's writes have failed, as if its commit had; never a crash
             # of the whole instance from the write of one partition
             self._fail(exc)
             return
-        self._written += 1
+        self._written += len(log) + len(held)
+
+    def _produce_log(self, log: dict[bytes, bytes | None]) -> None:
+        """The changelog records in one call; those the producer's full queue refused go one by one
+        once it has room (their order does not matter: one record per key)."""
+        messages: list[dict[str, Any]] = [{"key": key, "value": value} for key, value in log.items()]
+        if self._producer.produce_batch(self._topic, messages, partition=self.partition) == len(messages):
+            return
+        for m in messages:
+            err = m.get("_error")
+            if err is None:
+                continue
+            if err.code() != KafkaError._QUEUE_FULL:
+                raise KafkaException(err)
+            produce(self._producer, self._topic, m["value"], m["key"], self.partition)  # type: ignore[arg-type]
 
     def commit(self, then: Callable[[], None] | None = None) -> None:
         """Commit everything written so far; run ``then`` (on the event loop) once it has committed."""
@@ -173,7 +206,7 @@ class PartitionWriter:
     @property
     def crowded(self) -> bool:
         """Too many records wait for the commit in flight: input should wait (:meth:`room`)."""
-        return len(self._held) > MAX_PENDING
+        return self._committing is not None and len(self._log) + len(self._held) > MAX_PENDING
 
     async def room(self) -> None:
         while self.crowded and self.failed is None:
@@ -181,7 +214,13 @@ class PartitionWriter:
             await self._committed.wait()
 
     def _kick(self) -> None:
-        if self._committing is None and self.failed is None and (self._written or self._then):
+        if self._committing is not None or self.failed is not None:
+            return
+        if self._log or self._held:
+            self._produce_held()
+            if self.failed is not None:
+                return
+        if self._written or self._then:
             self._committing = asyncio.ensure_future(self._commit_round())
 
     async def _commit_round(self) -> None:
@@ -207,9 +246,6 @@ class PartitionWriter:
         finally:
             self._committing = None
             self._committed.set()
-        held, self._held = self._held, []
-        for record in held:
-            self._produce(*record)
         self._then, self._held_then = self._then + self._held_then, []
         for fn in then:
             fn()
@@ -217,7 +253,7 @@ class PartitionWriter:
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = WriteFailed(self.partition, exc)
-        self._then, self._held, self._held_then = [], [], []
+        self._then, self._log, self._held, self._held_then = [], {}, [], []
         log.error("%s", self.failed)
         if self._on_failure is not None:
             self._on_failure(self.failed)
