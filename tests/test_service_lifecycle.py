@@ -412,3 +412,20 @@ async def test_the_frontiers_faust_consumer_reads_committed_records_only() -> No
         assert consumer._isolation_level == "read_committed"
     finally:
         await consumer.stop()
+
+
+def test_the_frontier_process_freezes_its_startup_objects_and_collects_young_objects_less_often() -> None:
+    """The cyclic collector took ~8 % of the frontier's CPU in tests.bench.dispatch with Python's
+    defaults (a young collection every 700 allocations, every startup object looked at again)."""
+    import gc
+
+    from frontier.service.app import GC_YOUNG, tune_collector
+
+    threshold = gc.get_threshold()
+    try:
+        tune_collector()
+        assert gc.get_threshold() == (GC_YOUNG, threshold[1], threshold[2]) and GC_YOUNG >= 10_000
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)

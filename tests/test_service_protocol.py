@@ -83,12 +83,6 @@ class Recorder:
             msg = type("Msg", (), {"offset": lambda _self: offset})()
             self._callbacks.append(lambda: on_delivery(None, msg))
 
-    def produce_batch(self, topic: str, messages: list[dict[str, Any]], partition: int = -1,
-                      on_delivery: Any = None) -> int:  # fmt: skip
-        for m in messages:
-            self.produce(topic, m.get("value"), m.get("key"), m.get("partition", partition), on_delivery)
-        return len(messages)
-
     def commit_transaction(self, timeout: float) -> None:
         deadline = time.monotonic() + 5
         while self.hold.is_set() and time.monotonic() < deadline:

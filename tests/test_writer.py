@@ -179,22 +179,27 @@ async def test_a_transaction_sends_the_last_value_written_to_each_changelog_key_
 
 
 class QueueFull(Recorder):
-    """A producer whose local queue took only the first changelog record of a batch."""
+    """A producer whose local queue is full for the first record of each transaction."""
 
-    def produce_batch(self, topic: str, messages: list[dict[str, object]], partition: int = -1,
-                      on_delivery: object = None) -> int:  # fmt: skip
-        self.produce(topic, messages[0].get("value"), messages[0].get("key"), partition)  # type: ignore[arg-type]
-        for m in messages[1:]:
-            m["_error"] = KafkaError(KafkaError._QUEUE_FULL)
-        return 1
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused = 0
+
+    def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
+                on_delivery: object = None) -> None:  # fmt: skip
+        if not self.open and self.refused <= self.commits:
+            self.refused += 1
+            raise BufferError("Local: Queue full")
+        super().produce(topic, value, key, partition, on_delivery)
 
 
-async def test_changelog_records_a_full_queue_refused_are_sent_one_by_one() -> None:
+async def test_records_a_full_queue_refused_are_sent_once_it_has_room() -> None:
     rec = QueueFull()
     writer = PartitionWriter(rec, "state", 0, applied=-1)
     await writer.start()
     for n in range(3):
         writer.write("state", b"v", b"k%d" % n, 0)
+    writer.write("jobs", b"job", b"host")
     writer.commit()
     assert await writer.close() is not None
-    assert [k for _, k, _ in rec.sent] == [b"k0", b"k1", b"k2", ACK_KEY]
+    assert rec.refused == 1 and [k for _, k, _ in rec.sent] == [b"k0", b"k1", b"k2", b"host", ACK_KEY]

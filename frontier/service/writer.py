@@ -17,11 +17,11 @@ partition (``ACK_KEY``, a tombstone never stored) whose offset tells how far the
 changelog: the offset a clean close records (``applied``).
 
 The changelog records of one transaction are coalesced: only the last value written to a key goes
-(a host's state written by a result and again by its next job's send is one record), in one
-``produce_batch``. A transaction is applied whole by every reader (restores and standby copies
-read committed records, to the end of the changelog), so its last value per key is all they ever
-keep of it. The other records (jobs, pages, submissions) go one by one in the order written,
-after the transaction's changelog records.
+(a host's state written by a result and again by its next job's send is one record). A transaction
+is applied whole by every reader (restores and standby copies read committed records, to the end
+of the changelog), so its last value per key is all they ever keep of it. The other records (jobs,
+pages, submissions) go in the order written, after the transaction's changelog records. Each goes
+with a positional ``produce`` (no keyword dict per record).
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ class TransactionalProducer(Protocol):
     def begin_transaction(self) -> None: ...
     def commit_transaction(self, timeout: float) -> None: ...
     def produce(self, topic: str, value: bytes | None = ..., *args: Any, **kwargs: Any) -> None: ...
-    def produce_batch(self, topic: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> int: ...
     def poll(self, timeout: float) -> int: ...
     def flush(self, timeout: float) -> int: ...
     def purge(self) -> None: ...
@@ -161,7 +160,7 @@ class PartitionWriter:
 
     def _produce_held(self) -> None:
         """Put what was written since the last commit began into the open transaction: the
-        changelog records first (one per key, in one batch), then the others in order."""
+        changelog records first (one per key), then the others in order."""
         log, self._log = self._log, {}
         held, self._held = self._held, []
         producer = self._producer
@@ -169,10 +168,11 @@ class PartitionWriter:
             if not self._open:
                 producer.begin_transaction()
                 self._open = True
-            if log:
-                self._produce_log(log)
-            for topic, value, key, partition in held:
-                produce(producer, topic, value, key, partition)  # type: ignore[arg-type]
+            topic, partition = self._topic, self.partition
+            for key, value in log.items():
+                self._send(topic, value, key, partition)
+            for record in held:
+                self._send(*record)
         except KafkaException as exc:
             # the producer went fatal between two commits (fenced by the partition's new owner after
             # a freeze, say): the partition's writes have failed, as if its commit had; never a crash
@@ -181,19 +181,12 @@ class PartitionWriter:
             return
         self._written += len(log) + len(held)
 
-    def _produce_log(self, log: dict[bytes, bytes | None]) -> None:
-        """The changelog records in one call; those the producer's full queue refused go one by one
-        once it has room (their order does not matter: one record per key)."""
-        messages: list[dict[str, Any]] = [{"key": key, "value": value} for key, value in log.items()]
-        if self._producer.produce_batch(self._topic, messages, partition=self.partition) == len(messages):
-            return
-        for m in messages:
-            err = m.get("_error")
-            if err is None:
-                continue
-            if err.code() != KafkaError._QUEUE_FULL:
-                raise KafkaException(err)
-            produce(self._producer, self._topic, m["value"], m["key"], self.partition)  # type: ignore[arg-type]
+    def _send(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None) -> None:
+        """One record, positional (no keyword dict per record); a full local queue: wait for room."""
+        try:
+            self._producer.produce(topic, value, key, -1 if partition is None else partition)
+        except BufferError:
+            produce(self._producer, topic, value, key, partition)  # type: ignore[arg-type]
 
     def commit(self, then: Callable[[], None] | None = None) -> None:
         """Commit everything written so far; run ``then`` (on the event loop) once it has committed."""
