@@ -28,6 +28,7 @@ from operator import itemgetter
 from frontier.core.control import covers
 from frontier.core.scheduler import Scheduler
 from frontier.partition.crawls import Crawls
+from frontier.partition.heads import Heads
 from frontier.partition.keys import (
     CRAWL_SEP,
     QUEUE,
@@ -87,9 +88,9 @@ class Queues:
         self._multi: dict[str, set[QueueId]] = {}
         self.groups: dict[QueueId, set[QueueId]] = {}  # default crawl's queue id → other crawls' queues of its scopes
         self._served: dict[QueueId, int] = {}  # queue → the turn it was last chosen at (round robin)
-        # queue → the priority at its head, as last read by choose (a turn between crawls reads
-        # only the heads that changed: an entry in raises it, an entry out drops it)
-        self._heads: dict[QueueId, int] = {}
+        # the queues' first entries, key and value, as in the store (bounded): a turn between
+        # crawls and a send read a head from memory, told of every entry in and out
+        self.heads = Heads(self._kv)
         self._turn = 0
         self._parked: dict[str, set[QueueId]] = defaultdict(set)  # waiting crawl → its queues put aside
         self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see qkey
@@ -134,12 +135,12 @@ class Queues:
     def enqueue(self, qkey: bytes, item: UrlItem, now: float, raw: bytes | None = None) -> None:
         """Queue ``item`` at ``qkey``; ``raw``: its encoding when the caller has it."""
         qid = queue_of(qkey)
-        self._store.put(qkey, encoder.encode(item) if raw is None else raw)
-        head = self._heads.get(qid)
-        if head is not None and (priority := entry_priority(qkey)) > head:
-            self._heads[qid] = priority
-        if is_multi(qid) and qid not in self._queued:
+        value = encoder.encode(item) if raw is None else raw
+        self._store.put(qkey, value)
+        before = self._queued.get(qid)
+        if before is None and is_multi(qid):
             self.index(qid)
+        self.heads.entered(qid, qkey, value, before or 0)
         self._queued[qid] += 1
         self._crawl_queued[item.crawl] += 1
         if self._crawls.waits(item.crawl):
@@ -147,9 +148,12 @@ class Queues:
         else:
             self.scheduler.schedule(qid, min(now, self.scheduler.scheduled_at(qid) or now))
 
-    def dequeued(self, qid: QueueId) -> None:
-        """One URL left ``qid`` (leased, or reported)."""
-        self._heads.pop(qid, None)  # read again at its next turn
+    def dequeued(self, qid: QueueId, qkey: bytes | None = None) -> None:
+        """One URL left ``qid`` (leased, or reported): its entry ``qkey``, when the caller knows it."""
+        if qkey is None:
+            self.heads.drop(qid)  # read again at its next use
+        else:
+            self.heads.left(qid, qkey)
         self._queued[qid] -= 1
         self._crawl_queued[queue_crawl(qid)] -= 1
 
@@ -178,7 +182,7 @@ class Queues:
                     if not group:
                         del self.groups[base]
         self._served.pop(qid, None)
-        self._heads.pop(qid, None)
+        self.heads.drop(qid)
 
     def emptied(self, qid: QueueId, n: int) -> None:
         """``n`` entries of ``qid`` were removed, the last ones: the queue leaves."""
@@ -195,7 +199,7 @@ class Queues:
         for qkey, raw in list(self._kv.scan(queue_prefix(qid))):
             if gone(item_dec.decode(raw)):
                 self._store.delete(qkey)
-                self.dequeued(qid)
+                self.dequeued(qid, qkey)
         if self._queued.get(qid, 0) <= 0:
             self.forget(qid)
         else:
@@ -222,24 +226,21 @@ class Queues:
     def choose(self, qid: QueueId, group: set[QueueId]) -> QueueId:
         """The queue that takes this turn of ``qid``'s scopes: among the crawls' queues of the
         same scopes that are not held, the highest priority at the head, then the one served
-        longest ago (round robin: :meth:`took_turn` stamps a queue when it sends). A head's
-        priority is read from the store once, then kept until an entry leaves its queue: a turn
-        seeks the heads that changed since, not every crawl's."""
+        longest ago (round robin: :meth:`took_turn` stamps a queue when it sends). The heads are
+        read from memory (:class:`Heads`; a seek only for one not kept), and the chosen one is
+        there for its send."""
         waits = self._crawls.waits
         live = [q for q in (queue_base(qid), *group) if self._queued.get(q, 0) > 0 and not waits(queue_crawl(q))]
         if len(live) < 2:
             return qid  # nothing to share (one crawl alone on these scopes): no look at the heads
         best: tuple[int, int] | None = None
         chosen = qid
-        heads = self._heads
+        head_of, served = self.heads.head, self._served
         for q in live:
-            priority = heads.get(q)
-            if priority is None:
-                head = self._kv.first(queue_prefix(q))
-                if head is None:
-                    continue
-                priority = heads[q] = entry_priority(head[0])
-            rank = (priority, -self._served.get(q, -1))
+            head = head_of(q)
+            if head is None:
+                continue
+            rank = (entry_priority(head[0]), -served.get(q, -1))
             if best is None or rank > best:
                 best, chosen = rank, q
         return chosen
