@@ -1,10 +1,14 @@
 """The queues' heads kept in memory (``frontier.partition.heads``, issue 39): what a queue has in
 the cache is always its first entries in the store, through random entries in and out, with the
-cache bounded; and a job of a host shared by many crawls costs no seek in the store."""
+cache bounded; and a job of a host shared by many crawls costs no seek in the store. The largest
+queues kept as they grow (``frontier.partition.largest``): the ranking a full one gives, without
+ranking every queue at every status snapshot."""
 
 from __future__ import annotations
 
+import heapq
 import random
+from collections import Counter
 from collections.abc import Iterator
 
 from frontier.config import FrontierConfig
@@ -12,7 +16,8 @@ from frontier.core.kv import MemoryKV
 from frontier.partition import PartitionFrontier
 from frontier.partition.crawls import Crawls
 from frontier.partition.heads import Heads
-from frontier.partition.keys import QUEUE, queue_id, queue_prefix
+from frontier.partition.keys import QUEUE, QueueId, queue_id, queue_prefix
+from frontier.partition.largest import Largest
 from frontier.partition.queues import Queues
 from frontier.partition.store import Store
 from tests.test_crawls import SETTINGS, THROTTLE, Log, feedback_of, subs
@@ -89,3 +94,49 @@ def test_a_job_of_a_host_shared_by_many_crawls_costs_no_seek() -> None:
         jobs += len(out)
         now += 1.0
     assert kv.seeks - before == 0
+
+
+def test_the_largest_queues_kept_as_they_grow_rank_as_a_full_ranking_does() -> None:
+    """Issue 39: a status snapshot ranked every queue (``nlargest`` over all of them, every 0.2 s
+    in the crawls benchmark). The candidates kept as queues grow give the same counts, and a
+    ranking looks at every queue only when a candidate it needs has shrunk below the floor."""
+    rnd = random.Random(7)
+    counts: Counter[QueueId] = Counter()
+    largest = Largest(counts, keep=40)
+    qids = [QueueId(f"h{n}.test") for n in range(600)]
+    rankings = 0
+    for step in range(20_000):
+        qid = rnd.choice(qids)
+        if rnd.random() < 0.55 or counts.get(qid, 0) == 0:
+            counts[qid] = counts.get(qid, 0) + rnd.choice((1, 1, 1, 5))  # (several at once: a grow of more than one)
+            largest.grew(qid, counts[qid])
+        elif rnd.random() < 0.95:
+            counts[qid] -= 1
+        else:
+            del counts[qid]  # forgotten
+        if step % 50 == 0:
+            rankings += 1
+            n = rnd.choice((1, 10, 20, 40))
+            got = largest.largest(n)
+            want = heapq.nlargest(n, counts.items(), key=lambda kv: kv[1])
+            assert [c for _, c in got] == [c for _, c in want], step
+            assert all(counts[q] == c for q, c in got)
+    assert largest.rescans < rankings / 4, (largest.rescans, rankings)
+
+
+def test_a_status_ranking_of_many_queues_does_not_rank_every_queue() -> None:
+    kv = MemoryKV()
+    store = Store(kv, lambda k, v: None)
+    queues = Queues(store, Crawls(0, store, FrontierConfig()))
+    for n in range(3000):
+        host = f"h{n}.test"
+        for i in range(1 + n % 7):
+            item = UrlItem(url=f"http://{host}/{i}", host=host, domain=host)
+            queues.enqueue(queues.qkey(queue_id([host]), item, 1.0), item, 1.0)
+    first = queues.largest(80)
+    assert [c for _, c in first] == [7] * 80
+    for q, _ in first[:30]:  # some of the largest send one each
+        queues.dequeued(q)
+    for _ in range(20):
+        assert [c for _, c in queues.largest(80)] == [7] * 80
+    assert queues._largest.rescans == 1

@@ -20,10 +20,8 @@ is handed to ``Scopes`` (a full scope registers its waiting queues). Depends on:
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from operator import itemgetter
 
 from frontier.core.control import covers
 from frontier.core.scheduler import Scheduler
@@ -43,6 +41,7 @@ from frontier.partition.keys import (
     queue_scopes,
     queue_seq,
 )
+from frontier.partition.largest import Largest
 from frontier.partition.records import encoder, item_dec
 from frontier.partition.store import Store
 from topics.schemas import DEFAULT_CRAWL, UrlItem
@@ -91,6 +90,7 @@ class Queues:
         # the queues' first entries, key and value, as in the store (bounded): a turn between
         # crawls and a send read a head from memory, told of every entry in and out
         self.heads = Heads(self._kv)
+        self._largest = Largest(self._queued)  # the busiest queues, kept as they grow (status)
         self._turn = 0
         self._parked: dict[str, set[QueueId]] = defaultdict(set)  # waiting crawl → its queues put aside
         self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see qkey
@@ -141,7 +141,8 @@ class Queues:
         if before is None and is_multi(qid):
             self.index(qid)
         self.heads.entered(qid, qkey, value, before or 0)
-        self._queued[qid] += 1
+        self._queued[qid] = count = (before or 0) + 1
+        self._largest.grew(qid, count)
         self._crawl_queued[item.crawl] += 1
         if self._crawls.waits(item.crawl):
             self._parked[item.crawl].add(qid)  # waits for its crawl's resume, or a worker
@@ -279,8 +280,9 @@ class Queues:
         return mine
 
     def largest(self, n: int) -> list[tuple[QueueId, int]]:
-        """The ``n`` largest queues and their counts (a C-level scan)."""
-        return heapq.nlargest(n, self._queued.items(), key=itemgetter(1))
+        """The ``n`` largest queues and their counts (:class:`Largest`: the queues that grew since
+        the last ranking, most of the time; a C-level scan of every queue otherwise)."""
+        return self._largest.largest(n)
 
     def queued_in(self, crawl: str, host: str) -> int:
         """URLs of ``crawl`` queued for ``host`` (O(the host's queues))."""
