@@ -140,3 +140,23 @@ def test_a_status_ranking_of_many_queues_does_not_rank_every_queue() -> None:
     for _ in range(20):
         assert [c for _, c in queues.largest(80)] == [7] * 80
     assert queues._largest.rescans == 1
+
+
+def test_a_queue_whose_last_url_is_sent_leaves_at_once() -> None:
+    """Issue 39: a queue whose last URL was sent stayed scheduled, popped again only to be found
+    empty (with 50 crawls sharing hosts most queues hold one URL: a pop and a turn wasted a job)."""
+    f = PartitionFrontier(0, MemoryKV(), SETTINGS, THROTTLE, Log())
+    f.ingest(subs("news", "a.test", 1), 0.0)
+    alone = queue_id(["a.test"], "news")
+    jobs = f.dispatch(0.0, limit=1).jobs
+    assert [j.item.host for j in jobs] == ["a.test"]
+    assert not f.queues.has(alone) and alone not in f.queues.scheduler
+    f.ingest(subs("news", "b.test", 1) + subs("books", "b.test", 2), 0.0)
+    news, books = queue_id(["b.test"], "news"), queue_id(["b.test"], "books")
+    for job in jobs:
+        assert f.feedback(feedback_of(job), 0.1)
+    for step in range(1, 10):  # (the host's delay is 1 s: one send every 2 s here)
+        for j in f.dispatch(2.0 * step).jobs:
+            assert f.feedback(feedback_of(j), 2.0 * step + 0.1)
+    assert not f.queues.has(news) and not f.queues.has(books) and len(f.queues.scheduler) == 0
+    assert not f.queues._served  # (no stamp left behind for a queue gone)

@@ -140,9 +140,12 @@ class Dispatcher:
         # transit is off the critical path; the worker holds it until then.
         self._leases.lease(out, item, raw, qkey, scopes, now, not_before=max(now, decision.at))
         queues.dequeued(qid, qkey)
-        queues.scheduler.schedule(qid, now)
         if queues.groups:
             queues.took_turn(qid)
+        if queues.count(qid) > 0:
+            queues.scheduler.schedule(qid, now)
+        else:
+            queues.forget(qid)  # its last URL went: it leaves now (not at a pop that finds it empty)
 
     def _follow(self, qid: QueueId, chosen: QueueId, now: float) -> None:
         """``qid`` lost its turn to ``chosen`` (its scopes'): it goes when ``chosen`` goes next, or,

@@ -23,7 +23,7 @@ from collections import OrderedDict
 from frontier.core.kv import KV
 from frontier.partition.keys import QueueId, queue_prefix
 
-HEAD_ENTRIES = 4096  # queue entries kept per partition (about 0.3 KB each: ~1.3 MB at most)
+HEAD_ENTRIES = 8192  # queue entries kept per partition (about 0.45 KB each with its key and value: ~3.5 MB at most)
 HEAD_DEPTH = 4  # entries read per seek: a queue's next sends cost no seek either
 
 Entry = tuple[bytes, bytes]
