@@ -13,7 +13,8 @@ Interface: ``qkey``/``qkey_due`` (a new entry's place), ``enqueue``/``enqueue_ba
 ``dequeued``, ``forget`` (a queue leaves), ``index``, ``choose``/``took_turn`` (turns between
 crawls), ``park``/``unpark``, ``wake_covered``, ``remove_if``, ``emptied``, ``forget_crawl``,
 the counts (``count``, ``of_crawl``, ``of_scope``, ``largest``, ``queued_in``, ``crawl_queued``),
-``load``. ``scheduler`` and ``groups`` are read by the dispatch loop (its hot path), ``waiters``
+``load``. ``scheduler``, ``groups`` and ``heads`` (the queues' first entries kept in memory,
+:class:`~frontier.partition.heads.Heads`) are read by the dispatch loop (its hot path), ``waiters``
 is handed to ``Scopes`` (a full scope registers its waiting queues). Depends on: the store and
 ``Crawls`` (whether a crawl waits).
 """
