@@ -24,9 +24,18 @@ def crawl_rows(statuses: list[Status]) -> list[CrawlStatus]:
             if m is None:
                 merged[row.crawl] = msgspec.structs.replace(row)
                 continue
-            for name in ("queued", "inflight", "ingested", "dispatched", "completed", "fetched", "failed",
-                         "disallowed", "dropped", "over_limit", "revisits"):  # fmt: skip
-                setattr(m, name, getattr(m, name) + getattr(row, name))
+            # (each field by name: a frontier adds up its partitions' rows at every status snapshot)
+            m.queued += row.queued
+            m.inflight += row.inflight
+            m.ingested += row.ingested
+            m.dispatched += row.dispatched
+            m.completed += row.completed
+            m.fetched += row.fetched
+            m.failed += row.failed
+            m.disallowed += row.disallowed
+            m.dropped += row.dropped
+            m.over_limit += row.over_limit
+            m.revisits += row.revisits
             m.pages_per_s += row.pages_per_s
             m.paused = m.paused or row.paused
             m.per_host = max(m.per_host, row.per_host)

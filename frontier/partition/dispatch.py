@@ -14,7 +14,7 @@ from __future__ import annotations
 from frontier.config import FrontierConfig
 from frontier.core.robots import origin, robots_url
 from frontier.partition.crawls import Crawls
-from frontier.partition.keys import QueueId, queue_base, queue_crawl, queue_prefix, queue_scopes
+from frontier.partition.keys import QueueId, queue_base, queue_crawl, queue_scopes
 from frontier.partition.leases import Leases
 from frontier.partition.queues import Queues
 from frontier.partition.recorded import Recorded
@@ -85,7 +85,9 @@ class Dispatcher:
         """Give ``qid`` its turn: lease its head if every scope allows it now, or report it (robots.txt),
         or reschedule it (or leave it waiting as a waiter)."""
         queues = self._queues
-        head = self._kv.first(queue_prefix(qid))
+        # from memory in the common case (the turn read it, or it came in); an empty queue (its
+        # count, as the turns trust it) is not read
+        head = queues.heads.head(qid) if queues.count(qid) > 0 else None
         if head is None:
             queues.forget(qid)
             return  # no work left: the queue leaves the heap
@@ -93,7 +95,7 @@ class Dispatcher:
         item = item_dec.decode(raw)
         if item.key and self._recorded.stale_entry(item):  # a client decided it since it was queued
             self._store.delete(qkey)
-            queues.dequeued(qid)
+            queues.dequeued(qid, qkey)
             self._recorded.decided_by_client(item)
             queues.scheduler.schedule(qid, now)
             return
@@ -123,7 +125,7 @@ class Dispatcher:
                 else:
                     self._reports.report(item, raw, qkey, scopes, now, "disallowed", "disallowed by robots.txt")
                     self._stats.disallowed += 1
-                queues.dequeued(qid)
+                queues.dequeued(qid, qkey)
                 queues.scheduler.schedule(qid, now)
                 return
         elif item.discover_sitemaps:
@@ -137,10 +139,13 @@ class Dispatcher:
         # Due now or within the lead: send it ahead with not_before = its slot, so Kafka
         # transit is off the critical path; the worker holds it until then.
         self._leases.lease(out, item, raw, qkey, scopes, now, not_before=max(now, decision.at))
-        queues.dequeued(qid)
-        queues.scheduler.schedule(qid, now)
+        queues.dequeued(qid, qkey)
         if queues.groups:
             queues.took_turn(qid)
+        if queues.count(qid) > 0:
+            queues.scheduler.schedule(qid, now)
+        else:
+            queues.forget(qid)  # its last URL went: it leaves now (not at a pop that finds it empty)
 
     def _follow(self, qid: QueueId, chosen: QueueId, now: float) -> None:
         """``qid`` lost its turn to ``chosen`` (its scopes'): it goes when ``chosen`` goes next, or,

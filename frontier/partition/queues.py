@@ -13,21 +13,21 @@ Interface: ``qkey``/``qkey_due`` (a new entry's place), ``enqueue``/``enqueue_ba
 ``dequeued``, ``forget`` (a queue leaves), ``index``, ``choose``/``took_turn`` (turns between
 crawls), ``park``/``unpark``, ``wake_covered``, ``remove_if``, ``emptied``, ``forget_crawl``,
 the counts (``count``, ``of_crawl``, ``of_scope``, ``largest``, ``queued_in``, ``crawl_queued``),
-``load``. ``scheduler`` and ``groups`` are read by the dispatch loop (its hot path), ``waiters``
+``load``. ``scheduler``, ``groups`` and ``heads`` (the queues' first entries kept in memory,
+:class:`~frontier.partition.heads.Heads`) are read by the dispatch loop (its hot path), ``waiters``
 is handed to ``Scopes`` (a full scope registers its waiting queues). Depends on: the store and
 ``Crawls`` (whether a crawl waits).
 """
 
 from __future__ import annotations
 
-import heapq
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from operator import itemgetter
 
 from frontier.core.control import covers
 from frontier.core.scheduler import Scheduler
 from frontier.partition.crawls import Crawls
+from frontier.partition.heads import Heads
 from frontier.partition.keys import (
     CRAWL_SEP,
     QUEUE,
@@ -42,6 +42,7 @@ from frontier.partition.keys import (
     queue_scopes,
     queue_seq,
 )
+from frontier.partition.largest import Largest
 from frontier.partition.records import encoder, item_dec
 from frontier.partition.store import Store
 from topics.schemas import DEFAULT_CRAWL, UrlItem
@@ -87,9 +88,10 @@ class Queues:
         self._multi: dict[str, set[QueueId]] = {}
         self.groups: dict[QueueId, set[QueueId]] = {}  # default crawl's queue id → other crawls' queues of its scopes
         self._served: dict[QueueId, int] = {}  # queue → the turn it was last chosen at (round robin)
-        # queue → the priority at its head, as last read by choose (a turn between crawls reads
-        # only the heads that changed: an entry in raises it, an entry out drops it)
-        self._heads: dict[QueueId, int] = {}
+        # the queues' first entries, key and value, as in the store (bounded): a turn between
+        # crawls and a send read a head from memory, told of every entry in and out
+        self.heads = Heads(self._kv)
+        self._largest = Largest(self._queued)  # the busiest queues, kept as they grow (status)
         self._turn = 0
         self._parked: dict[str, set[QueueId]] = defaultdict(set)  # waiting crawl → its queues put aside
         self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see qkey
@@ -134,22 +136,26 @@ class Queues:
     def enqueue(self, qkey: bytes, item: UrlItem, now: float, raw: bytes | None = None) -> None:
         """Queue ``item`` at ``qkey``; ``raw``: its encoding when the caller has it."""
         qid = queue_of(qkey)
-        self._store.put(qkey, encoder.encode(item) if raw is None else raw)
-        head = self._heads.get(qid)
-        if head is not None and (priority := entry_priority(qkey)) > head:
-            self._heads[qid] = priority
-        if is_multi(qid) and qid not in self._queued:
+        value = encoder.encode(item) if raw is None else raw
+        self._store.put(qkey, value)
+        before = self._queued.get(qid)
+        if before is None and is_multi(qid):
             self.index(qid)
-        self._queued[qid] += 1
+        self.heads.entered(qid, qkey, value, before or 0)
+        self._queued[qid] = count = (before or 0) + 1
+        self._largest.grew(qid, count)
         self._crawl_queued[item.crawl] += 1
         if self._crawls.waits(item.crawl):
             self._parked[item.crawl].add(qid)  # waits for its crawl's resume, or a worker
         else:
             self.scheduler.schedule(qid, min(now, self.scheduler.scheduled_at(qid) or now))
 
-    def dequeued(self, qid: QueueId) -> None:
-        """One URL left ``qid`` (leased, or reported)."""
-        self._heads.pop(qid, None)  # read again at its next turn
+    def dequeued(self, qid: QueueId, qkey: bytes | None = None) -> None:
+        """One URL left ``qid`` (leased, or reported): its entry ``qkey``, when the caller knows it."""
+        if qkey is None:
+            self.heads.drop(qid)  # read again at its next use
+        else:
+            self.heads.left(qid, qkey)
         self._queued[qid] -= 1
         self._crawl_queued[queue_crawl(qid)] -= 1
 
@@ -178,7 +184,7 @@ class Queues:
                     if not group:
                         del self.groups[base]
         self._served.pop(qid, None)
-        self._heads.pop(qid, None)
+        self.heads.drop(qid)
 
     def emptied(self, qid: QueueId, n: int) -> None:
         """``n`` entries of ``qid`` were removed, the last ones: the queue leaves."""
@@ -195,7 +201,7 @@ class Queues:
         for qkey, raw in list(self._kv.scan(queue_prefix(qid))):
             if gone(item_dec.decode(raw)):
                 self._store.delete(qkey)
-                self.dequeued(qid)
+                self.dequeued(qid, qkey)
         if self._queued.get(qid, 0) <= 0:
             self.forget(qid)
         else:
@@ -222,24 +228,21 @@ class Queues:
     def choose(self, qid: QueueId, group: set[QueueId]) -> QueueId:
         """The queue that takes this turn of ``qid``'s scopes: among the crawls' queues of the
         same scopes that are not held, the highest priority at the head, then the one served
-        longest ago (round robin: :meth:`took_turn` stamps a queue when it sends). A head's
-        priority is read from the store once, then kept until an entry leaves its queue: a turn
-        seeks the heads that changed since, not every crawl's."""
+        longest ago (round robin: :meth:`took_turn` stamps a queue when it sends). The heads are
+        read from memory (:class:`Heads`; a seek only for one not kept), and the chosen one is
+        there for its send."""
         waits = self._crawls.waits
         live = [q for q in (queue_base(qid), *group) if self._queued.get(q, 0) > 0 and not waits(queue_crawl(q))]
         if len(live) < 2:
             return qid  # nothing to share (one crawl alone on these scopes): no look at the heads
         best: tuple[int, int] | None = None
         chosen = qid
-        heads = self._heads
+        head_of, served = self.heads.head, self._served
         for q in live:
-            priority = heads.get(q)
-            if priority is None:
-                head = self._kv.first(queue_prefix(q))
-                if head is None:
-                    continue
-                priority = heads[q] = entry_priority(head[0])
-            rank = (priority, -self._served.get(q, -1))
+            head = head_of(q)
+            if head is None:
+                continue
+            rank = (entry_priority(head[0]), -served.get(q, -1))
             if best is None or rank > best:
                 best, chosen = rank, q
         return chosen
@@ -278,8 +281,9 @@ class Queues:
         return mine
 
     def largest(self, n: int) -> list[tuple[QueueId, int]]:
-        """The ``n`` largest queues and their counts (a C-level scan)."""
-        return heapq.nlargest(n, self._queued.items(), key=itemgetter(1))
+        """The ``n`` largest queues and their counts (:class:`Largest`: the queues that grew since
+        the last ranking, most of the time; a C-level scan of every queue otherwise)."""
+        return self._largest.largest(n)
 
     def queued_in(self, crawl: str, host: str) -> int:
         """URLs of ``crawl`` queued for ``host`` (O(the host's queues))."""

@@ -3,9 +3,10 @@ URLs, its state, and why it is not dispatching now (status rows for ``crawl.fron
 the live page and ``watch``), and per crawl, its counts here. Reading only: no write, and no side
 effect on the scheduler or the waiters.
 
-Interface: ``scope_rows``, ``scope_row``, ``crawl_rows``. Owns nothing. Depends on: the store
-(a queue's head), the settings, ``Crawls``, ``Queues``, ``Scopes``, ``RobotsCache``, ``Revisits``
-and ``Leases`` (the counts in flight).
+Interface: ``scope_rows`` (or ``scope_ranking``, then ``scope_row`` of the scopes kept),
+``scope_row``, ``crawl_rows``. Owns nothing. Depends on: the store (a queue's head), the
+settings, ``Crawls``, ``Queues``, ``Scopes``, ``RobotsCache``, ``Revisits`` and ``Leases`` (the
+counts in flight).
 """
 
 from __future__ import annotations
@@ -67,8 +68,13 @@ class Visibility:
         """Per scope, busiest first: queued, in flight, delay, gate, and why it is not dispatching;
         rows left over go to the scopes used most recently (their own count: a scope of a small
         queue too), so a crawl that finished still shows what it learned of its hosts."""
-        # The largest queues only (C-level scan): the cost must not grow with Python work per queue,
-        # there can be millions. A scope shared by many small queues may be under-counted.
+        return [self.scope_row(scope, now, n, qid) for scope, n, qid in self.scope_ranking(top)]
+
+    def scope_ranking(self, top: int = 20) -> list[tuple[str, int, QueueId | None]]:
+        """The scopes :meth:`scope_rows` gives rows of, in its order: ``(scope, queued, its largest
+        queue)``, without building a row (a status snapshot builds only the rows it keeps)."""
+        # The largest queues only (Queues.largest): the cost must not grow with Python work per
+        # queue, there can be millions. A scope shared by many small queues may be under-counted.
         queued: Counter[str] = Counter()
         biggest: dict[str, tuple[int, QueueId]] = {}  # scope → its largest queue
         for qid, n in self._queues.largest(top * 4):
@@ -76,12 +82,16 @@ class Visibility:
                 queued[scope] += n
                 if n > biggest.get(scope, (0, ""))[0]:
                     biggest[scope] = (n, qid)
-        rows = [self.scope_row(scope, now, n, biggest.get(scope, (0, None))[1]) for scope, n in queued.most_common(top)]
-        if len(rows) < top:
-            # the states cache's newest first (taken before the rows read them: a read moves a scope up)
+        ranked: list[tuple[str, int, QueueId | None]] = [
+            (scope, n, biggest.get(scope, (0, None))[1]) for scope, n in queued.most_common(top)
+        ]
+        if len(ranked) < top:
+            # the states cache's newest first (taken before any row reads them: a read moves a scope up)
             recent = self._scopes.recent(2 * top)
-            rows += [self.scope_row(scope, now) for scope in [s for s in recent if s not in queued][: top - len(rows)]]
-        return rows
+            for scope in [s for s in recent if s not in queued][: top - len(ranked)]:
+                mine = self._queues.of_scope(scope, scope_queue(scope))
+                ranked.append((scope, sum(n for n, _ in mine), max(mine)[1] if mine else None))
+        return ranked
 
     def scope_row(self, scope: str, now: float, queued: int | None = None, qid: QueueId | None = None) -> ScopeStatus:
         """One scope's status row (``queued`` counted over its queues when not given: its own

@@ -137,9 +137,11 @@ class Reporting:
 
     def status(self, now: float, top: int = 20) -> Status:
         """This instance's view: totals and the busiest scopes of every owned partition."""
-        rows = [row for owned in self.partitions.owned.values() for row in owned.frontier.scope_rows(now, top)]
-        rows.sort(key=lambda r: (-r.queued, r.scope))
-        rows = rows[:top]
+        # every partition's busiest scopes ranked, and rows built for the ``top`` kept only
+        ranked = [(-n, scope, qid, owned) for owned in self.partitions.owned.values()
+                  for scope, n, qid in owned.frontier.visibility.scope_ranking(top)]  # fmt: skip
+        ranked.sort(key=lambda r: (r[0], r[1]))
+        rows = [owned.frontier.scope_row(scope, now, -n, qid) for n, scope, qid, owned in ranked[:top]]
         listed = {r.scope for r in rows}
         self._prune_watches(now)
         for scope in sorted(set(self.watched) - listed):  # scopes someone is charting on a live page
