@@ -80,6 +80,7 @@ class Standby:
         self._start: dict[int, int | None] = {}  # next offset wanted at open; None: from the beginning
         self._probes: dict[int, _Probe] = {}
         self._asked: dict[int, float] = {}
+        self._caught_up_once: set[int] = set()  # copies whose catching up was logged
         self.partitions: set[int] = set()  # wanted as standby (maintained by the caller's thread)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="standby", daemon=True)
@@ -119,24 +120,20 @@ class Standby:
                 if not self._stores:
                     self._stop.wait(0.2)
                     continue
+                batches: dict[int, list[tuple[bytes, bytes | None]]] = {}
                 for msg in consumer.consume(2000, timeout=0.2):
                     if msg.error() is not None:
                         continue
                     p = msg.partition()
-                    kv = self._stores.get(p) if p is not None else None
-                    if kv is None or p is None:
+                    if p is None or p not in self._stores:
                         continue
-                    key, value = msg.key(), msg.value()
-                    if key is None:
-                        pass  # nothing to apply, but the copy is complete past it
-                    elif value is None:
-                        kv.delete(key)
-                    else:
-                        kv.put(key, value)
+                    key = msg.key()
+                    if key is not None:  # (none: nothing to apply, but the copy is complete past it)
+                        batches.setdefault(p, []).append((key, msg.value()))
                     self._applied[p] = msg.offset() or 0
                 for p, offset in self._applied.items():
-                    if p in self._stores:
-                        self._stores[p].put(STANDBY_KEY, str(offset).encode())
+                    if p in self._stores:  # the records and the offset they reach, in one write
+                        self._stores[p].write_many([*batches.get(p, ()), (STANDBY_KEY, str(offset).encode())])
                 self._probe_all(consumer)
         except Exception:
             log.exception("standby replication stopped")
@@ -211,6 +208,7 @@ class Standby:
         self._start.pop(p, None)
         self._probes.pop(p, None)
         self._asked.pop(p, None)
+        self._caught_up_once.discard(p)
         kv.close()
 
     # -- when was each copy complete ----------------------------------------------------------------
@@ -271,3 +269,6 @@ class Standby:
         if p in self._applied:
             kv.put(STANDBY_KEY, str(self._applied[p]).encode())  # the offset first, then its time
         kv.put(STANDBY_AT_KEY, encode_time(at))
+        if p not in self._caught_up_once:
+            self._caught_up_once.add(p)
+            log.info("standby for partition %d caught up at changelog offset %s", p, self._applied.get(p))
