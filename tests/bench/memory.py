@@ -36,7 +36,7 @@ from tests.bench.common import broker, parser, produce_urls, report, wait_total
 
 FRONTIER = {"status_interval": 2.0, "max_inflight": 1, "standby_replicas": 1}
 PARTITIONS = 8
-READY = re.compile(r"partition (\d+) ready: (\d+) changelog records replayed in ([0-9.]+)s")
+READY = re.compile(r"partition (\d+) ready: (\d+) changelog records replayed in ([0-9.]+)s[^(\n]*(?:\(([^)\n]*)\))?")
 CAUGHT_UP = re.compile(r"standby for partition (\d+) caught up")
 
 
@@ -61,9 +61,10 @@ def own_ingested(stack: Stack, pid: int) -> int:
     return 0
 
 
-def ready_lines(stack: Stack, name: str, since: int = 0) -> list[tuple[int, int, float]]:
-    """(partition, records replayed, seconds) of each ``ready`` line in ``name``'s log after character ``since``."""
-    return [(int(p), int(n), float(s)) for p, n, s in READY.findall(stack.log(name)[since:])]
+def ready_lines(stack: Stack, name: str, since: int = 0) -> list[tuple[int, int, float, str]]:
+    """(partition, records replayed, seconds, the open's steps) of each ``ready`` line in
+    ``name``'s log after character ``since``."""
+    return [(int(p), int(n), float(s), steps) for p, n, s, steps in READY.findall(stack.log(name)[since:])]
 
 
 def wait_for(what: str, done: object, stack: Stack, timeout: float) -> None:
@@ -88,34 +89,34 @@ def restart(stack: Stack, state: Path | None, urls: int, timeout: float) -> tupl
     wait_for(f"{urls} URLs counted again", lambda: own_ingested(stack, proc.pid) >= urls, stack, timeout)
     took = time.perf_counter() - started
     wait_for("every partition ready", lambda: len(ready_lines(stack, "a", since)) >= PARTITIONS, stack, 60)
-    return took, rss_mb(proc.pid), sum(n for _, n, _ in ready_lines(stack, "a", since))
+    return took, rss_mb(proc.pid), sum(n for _, n, _, _ in ready_lines(stack, "a", since))
 
 
-def takeover(stack: Stack, timeout: float) -> tuple[float, float, int]:
+def takeover(stack: Stack, timeout: float) -> tuple[float, float, int, str]:
     """A standby frontier ``b`` joins; once its copies of ``a``'s partitions caught up, ``a`` is
     killed. (the longest assignment-to-ready time of the partitions ``b`` takes, the time from
-    the kill until they are all ready, how many it took)."""
+    the kill until they are all ready, how many it took, the steps of the slowest one's open)."""
     stack.start_frontier("b", own_state=True)
 
     def settled() -> bool:
-        b_owns = {p for p, _, _ in ready_lines(stack, "b")}
+        b_owns = {p for p, _, _, _ in ready_lines(stack, "b")}
         caught = {int(p) for p in CAUGHT_UP.findall(stack.log("b"))}
         return 0 < len(b_owns) < PARTITIONS and caught >= set(range(PARTITIONS)) - b_owns
 
     wait_for("the standby copies caught up", settled, stack, timeout)
-    owned_before = {p for p, _, _ in ready_lines(stack, "b")}
+    owned_before = {p for p, _, _, _ in ready_lines(stack, "b")}
     since = len(stack.log("b"))
     killed = time.perf_counter()
     stack.stop("a", signal.SIGKILL)
     taken = set(range(PARTITIONS)) - owned_before
 
     def all_taken() -> bool:
-        return {p for p, _, _ in ready_lines(stack, "b", since)} >= taken
+        return {p for p, _, _, _ in ready_lines(stack, "b", since)} >= taken
 
     wait_for("the taken partitions ready", all_taken, stack, timeout)
     wall = time.perf_counter() - killed
-    longest = max((s for p, _, s in ready_lines(stack, "b", since) if p in taken), default=0.0)
-    return longest, wall, len(taken)
+    longest = max(((s, steps) for p, _, s, steps in ready_lines(stack, "b", since) if p in taken), default=(0.0, ""))
+    return longest[0], wall, len(taken), longest[1]
 
 
 def main() -> None:
@@ -138,12 +139,12 @@ def main() -> None:
                     rss, disk = rss_mb(proc.pid), disk_mb(state)
                     restart_s, _, replayed = restart(stack, None, urls, 3600)
                     rebuild_s, rebuilt_rss, rebuilt = restart(stack, state, urls, 3600)
-                    takeover_s, takeover_wall, taken = takeover(stack, 3600)
+                    takeover_s, takeover_wall, taken, steps = takeover(stack, 3600)
                     report("memory", domains=domains, queued_urls=urls, rss_mb=round(rss), disk_mb=round(disk),
                            restart_s=round(restart_s, 1), restart_replayed=replayed, rebuild_s=round(rebuild_s, 1),
                            rebuild_replayed=rebuilt, rss_rebuilt_mb=round(rebuilt_rss),
                            takeover_s=round(takeover_s, 2), takeover_wall_s=round(takeover_wall, 1),
-                           taken_partitions=taken)  # fmt: skip
+                           taken_partitions=taken, takeover_steps=steps)  # fmt: skip
                 finally:
                     stack.stop_all()
 
