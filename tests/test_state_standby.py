@@ -136,3 +136,27 @@ def test_a_clean_copy_becomes_a_standby_only_if_recent(
         assert copy == LocalCopy(4, clock.t)  # caught up (nothing after 4) at the release
     else:
         assert copy is None or copy.offset != 4
+
+
+def test_a_caught_up_copy_handed_back_for_a_takeover_asks_the_broker_nothing(
+    standby: tuple[Standby, Clock, Any], tmp_path: Path
+) -> None:
+    """Issue 39 (takeover): each copy handed back asked the broker for the changelog's end once
+    more, one partition after another on the standby thread. A copy that caught up with a probe
+    keeps that probe's time (every record written before it is in the copy) and asks nothing;
+    one that never caught up is still asked (it has no time to keep)."""
+    sb, clock, consumer = standby
+    consumer.high = 3
+    sb._open(consumer, 0)
+    apply_upto(sb, 2)
+    sb._probe(consumer, 0)
+    asked = consumer.asked
+    clock.t = 1020.0
+    sb._close(consumer, 0, ask=False)
+    assert consumer.asked == asked and stored(tmp_path) == LocalCopy(2, 1000.0)
+
+    consumer.high = 9
+    sb._open(consumer, 1)  # never probed
+    asked = consumer.asked
+    sb._close(consumer, 1, ask=False)
+    assert consumer.asked == asked + 1

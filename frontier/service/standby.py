@@ -152,7 +152,7 @@ class Standby:
                 self._open(consumer, p)
             elif action == "remove":
                 if p in self._stores:
-                    self._close(consumer, p)
+                    self._close(consumer, p, ask=False)
                 if done is not None:
                     done.set()
 
@@ -199,9 +199,16 @@ class Standby:
             "standby for partition %d from changelog offset %s", p, "start" if start == OFFSET_BEGINNING else start
         )
 
-    def _close(self, consumer: Consumer, p: int) -> None:
+    def _close(self, consumer: Consumer, p: int, ask: bool = True) -> None:
+        """Stop tailing ``p`` and close its copy. ``ask``: ask the broker once more how far the
+        changelog goes, to record a recent completion time. Not when the copy is handed back to
+        become the active store (:meth:`release`): that open reads the watermarks itself, and
+        the time recorded at the last probe caught up with (at most a probe interval old) is
+        one before which the copy holds every record, so it is as safe, and a takeover is not
+        held up by a round trip per partition. (A copy that has not caught up with a probe yet
+        is asked about all the same: it has no such time.)"""
         consumer.incremental_unassign([TopicPartition(self._topic, p)])
-        self._probe(consumer, p, final=True)
+        self._probe(consumer, p, final=True, ask=ask or p not in self._caught_up_once)
         kv = self._stores.pop(p)
         if p in self._applied:
             kv.put(STANDBY_KEY, str(self._applied.pop(p)).encode())
@@ -232,9 +239,9 @@ class Standby:
         for p in list(self._stores):
             self._probe(consumer, p)
 
-    def _probe(self, consumer: Consumer, p: int, final: bool = False) -> None:
+    def _probe(self, consumer: Consumer, p: int, final: bool = False, ask: bool = True) -> None:
         """Record the time of a probe the copy has caught up with; ask again when one is due
-        (or on ``final``, when the copy is being closed)."""
+        (or on ``final``, when the copy is being closed), unless not to ``ask``."""
         kv = self._stores[p]
         pending = self._probes.get(p)
         position = self._position(consumer, p)
@@ -242,6 +249,8 @@ class Standby:
             self._record(kv, p, pending.at)
             del self._probes[p]
             pending = None
+        if not ask:
+            return
         now = self._clock()
         due = now - self._asked.get(p, -math.inf) >= self._probe_interval
         if not final and (pending is not None or not due):
