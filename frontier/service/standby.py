@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.restore import (
@@ -120,20 +120,7 @@ class Standby:
                 if not self._stores:
                     self._stop.wait(0.2)
                     continue
-                batches: dict[int, list[tuple[bytes, bytes | None]]] = {}
-                for msg in consumer.consume(2000, timeout=0.2):
-                    if msg.error() is not None:
-                        continue
-                    p = msg.partition()
-                    if p is None or p not in self._stores:
-                        continue
-                    key = msg.key()
-                    if key is not None:  # (none: nothing to apply, but the copy is complete past it)
-                        batches.setdefault(p, []).append((key, msg.value()))
-                    self._applied[p] = msg.offset() or 0
-                for p, offset in self._applied.items():
-                    if p in self._stores:  # the records and the offset they reach, in one write
-                        self._stores[p].write_many([*batches.get(p, ()), (STANDBY_KEY, str(offset).encode())])
+                self._apply(consumer.consume(2000, timeout=0.2))
                 self._probe_all(consumer)
         except Exception:
             log.exception("standby replication stopped")
@@ -141,6 +128,25 @@ class Standby:
             for p in list(self._stores):
                 self._close(consumer, p)
             consumer.close()
+
+    def _apply(self, msgs: list[Message]) -> None:
+        """Apply consumed changelog records to their copies: each copy's records and the offset
+        they reach in one RocksDB write (not one per record), counted applied once written."""
+        batches: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        reached: dict[int, int] = {}
+        for msg in msgs:
+            if msg.error() is not None:
+                continue
+            p = msg.partition()
+            if p is None or p not in self._stores:
+                continue
+            key = msg.key()
+            if key is not None:  # (none: nothing to apply, but the copy is complete past it)
+                batches.setdefault(p, []).append((key, msg.value()))
+            reached[p] = msg.offset() or 0
+        for p, offset in reached.items():
+            self._stores[p].write_many([*batches.get(p, ()), (STANDBY_KEY, str(offset).encode())])
+            self._applied[p] = offset
 
     def _handle_control(self, consumer: Consumer) -> None:
         while True:
