@@ -3,6 +3,9 @@ queues, turns between crawls and removals (not through PartitionFrontier)."""
 
 from collections.abc import Iterator
 
+import pytest
+
+import frontier.partition.queues as queues_module
 from frontier.config import FrontierConfig
 from frontier.core.kv import MemoryKV
 from frontier.partition.crawls import Crawls
@@ -156,3 +159,35 @@ def test_a_turn_between_crawls_reads_only_the_heads_that_changed() -> None:
     before = kv.firsts
     put(queues, ["a.test"], url("a.test", 99, crawl=late, priority=7), 0.0)
     assert queues.choose(base, group) == queue_id(["a.test"], late) and kv.firsts == before
+
+
+def test_load_reads_each_queue_id_once_and_finds_the_highest_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39 (takeover): a rebuild parsed the queue id of every entry (1.25M a partition at 1M
+    hosts); a queue's entries are contiguous, so its id is parsed at its first entry. The counts
+    and the highest sequence (here not the last key: a higher priority sorts first) are the same."""
+    kv, _, queues = make()
+    expected: dict[str, int] = {}
+    top = 0
+    for n in range(40):
+        host = f"h{n % 7}.test"
+        scopes = [host, "api.h0.test"] if n % 5 == 0 else [host]
+        crawl = "other" if n % 3 == 0 else "default"
+        qkey = put(queues, scopes, url(host, n, crawl, priority=n % 4), 100.0 + n)
+        expected[queue_of(qkey)] = expected.get(queue_of(qkey), 0) + 1
+        top = max(top, queue_seq(qkey))
+    parsed: list[bytes] = []
+
+    def counting(key: bytes) -> str:
+        parsed.append(key)
+        return queue_of(key)
+
+    monkeypatch.setattr(queues_module, "queue_of", counting)
+    store = Store(kv, lambda k, v: None)
+    again = Queues(store, Crawls(0, store, FrontierConfig()))
+    again.load(0.0, 0)
+    assert len(parsed) == len(expected)  # once per queue, not once per entry
+    assert {q: again.count(q) for q in again.ids()} == expected
+    assert again.crawl_queued("other") == sum(n for q, n in expected.items() if q.startswith("other"))
+    assert again.queued_hosts() == len(expected)
+    item = url("h1.test", 99)
+    assert queue_seq(again.qkey(queue_id(["h1.test"]), item, 0.0)) > top  # new places after every stored one

@@ -136,3 +136,82 @@ def test_a_clean_copy_becomes_a_standby_only_if_recent(
         assert copy == LocalCopy(4, clock.t)  # caught up (nothing after 4) at the release
     else:
         assert copy is None or copy.offset != 4
+
+
+def test_a_caught_up_copy_handed_back_for_a_takeover_asks_the_broker_nothing(
+    standby: tuple[Standby, Clock, Any], tmp_path: Path
+) -> None:
+    """Issue 39 (takeover): each copy handed back asked the broker for the changelog's end once
+    more, one partition after another on the standby thread. A copy that caught up with a probe
+    keeps that probe's time (every record written before it is in the copy) and asks nothing;
+    one that never caught up is still asked (it has no time to keep)."""
+    sb, clock, consumer = standby
+    consumer.high = 3
+    sb._open(consumer, 0)
+    apply_upto(sb, 2)
+    sb._probe(consumer, 0)
+    asked = consumer.asked
+    clock.t = 1020.0
+    sb._close(consumer, 0, ask=False)
+    assert consumer.asked == asked and stored(tmp_path) == LocalCopy(2, 1000.0)
+
+    consumer.high = 9
+    sb._open(consumer, 1)  # never probed
+    asked = consumer.asked
+    sb._close(consumer, 1, ask=False)
+    assert consumer.asked == asked + 1
+
+
+class Record:
+    def __init__(self, p: int, offset: int, key: bytes | None, value: bytes | None) -> None:
+        self.p, self.offset_, self.key_, self.value_ = p, offset, key, value
+
+    def error(self) -> None:
+        return None
+
+    def partition(self) -> int:
+        return self.p
+
+    def offset(self) -> int:
+        return self.offset_
+
+    def key(self) -> bytes | None:
+        return self.key_
+
+    def value(self) -> bytes | None:
+        return self.value_
+
+
+def test_a_poll_is_one_write_per_copy_with_the_offset_it_reaches(
+    standby: tuple[Standby, Clock, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 39: the standby thread wrote each record to RocksDB by itself, then the offset. Now
+    a poll's records of one copy and the offset they reach are one write (a transaction's
+    marker, keyless, moves the offset only), and a write that fails counts nothing applied."""
+    sb, _clock, consumer = standby
+    sb._open(consumer, 0)
+    sb._open(consumer, 1)
+    writes: list[tuple[int, list[tuple[bytes, bytes | None]]]] = []
+    for p in (0, 1):
+        write_many = sb._stores[p].write_many
+
+        def spy(records: Any, p: int = p, write_many: Any = write_many) -> None:
+            writes.append((p, list(records)))
+            write_many(writes[-1][1])
+
+        monkeypatch.setattr(sb._stores[p], "write_many", spy)
+    sb._stores[0].put(b"Qgone", b"1")
+    sb._apply([Record(0, 0, b"Qa", b"1"), Record(1, 0, b"Qb", b"2"), Record(0, 1, b"Qgone", None),  # type: ignore[list-item]
+               Record(0, 2, None, None), Record(7, 0, b"Qx", b"3")])  # fmt: skip
+    assert sorted(p for p, _ in writes) == [0, 1]  # one write per copy (partition 7 is not one here)
+    assert dict(writes)[0] == [(b"Qa", b"1"), (b"Qgone", None), (STANDBY_KEY, b"2")]
+    assert sb.applied(0) == 2 and sb.applied(1) == 0
+    assert sb._stores[0].get(b"Qgone") is None and sb._stores[1].get(b"Qb") == b"2"
+
+    def fail(_records: Any) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(sb._stores[1], "write_many", fail)
+    with pytest.raises(OSError):
+        sb._apply([Record(1, 5, b"Qc", b"4")])  # type: ignore[list-item]
+    assert sb.applied(1) == 0

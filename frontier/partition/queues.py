@@ -49,6 +49,7 @@ from topics.schemas import DEFAULT_CRAWL, UrlItem
 
 _LOW = 2**20 - 1  # the sequence's bits under the millisecond
 _TRIES = 64  # free due-time places looked for in one millisecond before a key goes to the tail
+_SEQ_BYTES = 8  # a queue key ends with its sequence, big-endian (keys.queue_key)
 
 
 class Waiters:
@@ -305,9 +306,23 @@ class Queues:
     def load(self, now: float, top: int) -> None:
         """Count the stored entries and schedule (or park) their queues (``rebuild``); ``top``:
         the highest sequence the leases use. Crawls queued without a record get one."""
+        # A queue's entries are contiguous: its id is parsed once, at its first entry, and the
+        # highest sequence is found by comparing the keys' big-endian tails (one C call each).
+        queued, prefix, qid, n, tail = self._queued, b"", QueueId(""), 0, b""
         for key, _ in self._kv.scan(QUEUE):
-            self._queued[queue_of(key)] += 1
-            top = max(top, queue_seq(key))
+            if prefix and key.startswith(prefix):
+                n += 1
+            else:
+                if n:
+                    queued[qid] += n
+                qid, n = queue_of(key), 1
+                prefix = queue_prefix(qid)
+            if key[-_SEQ_BYTES:] > tail:
+                tail = key[-_SEQ_BYTES:]
+        if n:
+            queued[qid] += n
+        if tail:
+            top = max(top, int.from_bytes(tail, "big"))
         # (a previous owner whose clock ran ahead gave places this instance's clock has not reached)
         self._seq = top & ~1
         for qid, n in self._queued.items():

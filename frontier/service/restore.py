@@ -182,9 +182,11 @@ def replay(kv: RocksKV, client_conf: Connection, topic: str, partition: int, sta
             return 0, high - 1
         consumer.assign([TopicPartition(topic, partition, first)])
         count = 0
+        last = high - 1
         while True:
             msgs: list[Message] = consumer.consume(10000, timeout=1.0)
             done = False
+            records: list[tuple[bytes, bytes | None]] = []
             for msg in msgs:
                 err = msg.error()
                 if err is not None:
@@ -193,16 +195,13 @@ def replay(kv: RocksKV, client_conf: Connection, topic: str, partition: int, sta
                         continue
                     raise RuntimeError(f"changelog restore of {topic}[{partition}] failed: {err}")
                 key = msg.key()
-                if key is None:
-                    continue
-                value = msg.value()
-                if value is None:
-                    kv.delete(key)
-                else:
-                    kv.put(key, value)
-                count += 1
-                if (msg.offset() or 0) >= high - 1:
+                if key is not None:
+                    records.append((key, msg.value()))
+                if (msg.offset() or 0) >= last:
                     done = True
+            if records:  # one write per batch, in the changelog's order
+                kv.write_many(records)
+                count += len(records)
             if done:
                 # read_committed: the end is the last stable offset (aborted records and transaction
                 # markers are skipped, so the position says how far the store is complete)

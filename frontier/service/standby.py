@@ -27,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
 from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.restore import (
@@ -80,6 +80,7 @@ class Standby:
         self._start: dict[int, int | None] = {}  # next offset wanted at open; None: from the beginning
         self._probes: dict[int, _Probe] = {}
         self._asked: dict[int, float] = {}
+        self._caught_up_once: set[int] = set()  # copies whose catching up was logged
         self.partitions: set[int] = set()  # wanted as standby (maintained by the caller's thread)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="standby", daemon=True)
@@ -119,24 +120,7 @@ class Standby:
                 if not self._stores:
                     self._stop.wait(0.2)
                     continue
-                for msg in consumer.consume(2000, timeout=0.2):
-                    if msg.error() is not None:
-                        continue
-                    p = msg.partition()
-                    kv = self._stores.get(p) if p is not None else None
-                    if kv is None or p is None:
-                        continue
-                    key, value = msg.key(), msg.value()
-                    if key is None:
-                        pass  # nothing to apply, but the copy is complete past it
-                    elif value is None:
-                        kv.delete(key)
-                    else:
-                        kv.put(key, value)
-                    self._applied[p] = msg.offset() or 0
-                for p, offset in self._applied.items():
-                    if p in self._stores:
-                        self._stores[p].put(STANDBY_KEY, str(offset).encode())
+                self._apply(consumer.consume(2000, timeout=0.2))
                 self._probe_all(consumer)
         except Exception:
             log.exception("standby replication stopped")
@@ -144,6 +128,25 @@ class Standby:
             for p in list(self._stores):
                 self._close(consumer, p)
             consumer.close()
+
+    def _apply(self, msgs: list[Message]) -> None:
+        """Apply consumed changelog records to their copies: each copy's records and the offset
+        they reach in one RocksDB write (not one per record), counted applied once written."""
+        batches: dict[int, list[tuple[bytes, bytes | None]]] = {}
+        reached: dict[int, int] = {}
+        for msg in msgs:
+            if msg.error() is not None:
+                continue
+            p = msg.partition()
+            if p is None or p not in self._stores:
+                continue
+            key = msg.key()
+            if key is not None:  # (none: nothing to apply, but the copy is complete past it)
+                batches.setdefault(p, []).append((key, msg.value()))
+            reached[p] = msg.offset() or 0
+        for p, offset in reached.items():
+            self._stores[p].write_many([*batches.get(p, ()), (STANDBY_KEY, str(offset).encode())])
+            self._applied[p] = offset
 
     def _handle_control(self, consumer: Consumer) -> None:
         while True:
@@ -155,7 +158,7 @@ class Standby:
                 self._open(consumer, p)
             elif action == "remove":
                 if p in self._stores:
-                    self._close(consumer, p)
+                    self._close(consumer, p, ask=False)
                 if done is not None:
                     done.set()
 
@@ -202,15 +205,23 @@ class Standby:
             "standby for partition %d from changelog offset %s", p, "start" if start == OFFSET_BEGINNING else start
         )
 
-    def _close(self, consumer: Consumer, p: int) -> None:
+    def _close(self, consumer: Consumer, p: int, ask: bool = True) -> None:
+        """Stop tailing ``p`` and close its copy. ``ask``: ask the broker once more how far the
+        changelog goes, to record a recent completion time. Not when the copy is handed back to
+        become the active store (:meth:`release`): that open reads the watermarks itself, and
+        the time recorded at the last probe caught up with (at most a probe interval old) is
+        one before which the copy holds every record, so it is as safe, and a takeover is not
+        held up by a round trip per partition. (A copy that has not caught up with a probe yet
+        is asked about all the same: it has no such time.)"""
         consumer.incremental_unassign([TopicPartition(self._topic, p)])
-        self._probe(consumer, p, final=True)
+        self._probe(consumer, p, final=True, ask=ask or p not in self._caught_up_once)
         kv = self._stores.pop(p)
         if p in self._applied:
             kv.put(STANDBY_KEY, str(self._applied.pop(p)).encode())
         self._start.pop(p, None)
         self._probes.pop(p, None)
         self._asked.pop(p, None)
+        self._caught_up_once.discard(p)
         kv.close()
 
     # -- when was each copy complete ----------------------------------------------------------------
@@ -234,9 +245,9 @@ class Standby:
         for p in list(self._stores):
             self._probe(consumer, p)
 
-    def _probe(self, consumer: Consumer, p: int, final: bool = False) -> None:
+    def _probe(self, consumer: Consumer, p: int, final: bool = False, ask: bool = True) -> None:
         """Record the time of a probe the copy has caught up with; ask again when one is due
-        (or on ``final``, when the copy is being closed)."""
+        (or on ``final``, when the copy is being closed), unless not to ``ask``."""
         kv = self._stores[p]
         pending = self._probes.get(p)
         position = self._position(consumer, p)
@@ -244,6 +255,8 @@ class Standby:
             self._record(kv, p, pending.at)
             del self._probes[p]
             pending = None
+        if not ask:
+            return
         now = self._clock()
         due = now - self._asked.get(p, -math.inf) >= self._probe_interval
         if not final and (pending is not None or not due):
@@ -271,3 +284,6 @@ class Standby:
         if p in self._applied:
             kv.put(STANDBY_KEY, str(self._applied[p]).encode())  # the offset first, then its time
         kv.put(STANDBY_AT_KEY, encode_time(at))
+        if p not in self._caught_up_once:
+            self._caught_up_once.add(p)
+            log.info("standby for partition %d caught up at changelog offset %s", p, self._applied.get(p))
