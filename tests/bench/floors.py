@@ -8,7 +8,7 @@ Beside pages/s: the CPU-seconds per 1,000 pages of the frontier, the workers and
 process's own accounting, from the first page reported to the last), and a calibration (a fixed
 CPU task's seconds and the load) taken before the crawl.
 
-    python -m tests.bench.floors [--smoke | --full] [--bootstrap HOST:PORT]
+    python -m tests.bench.floors [--smoke | --full] [--sites N] [--pages N] [--bootstrap HOST:PORT]
 """
 
 from __future__ import annotations
@@ -23,9 +23,13 @@ from tests.bench.versus_scrapy import frontier_crawl
 
 
 def main() -> None:
-    args = parser(__doc__.split("\n\n")[0]).parse_args()
-    spec = KindsSpec(sites_per_kind=size(args, smoke=5, default=300, full=500), pages=size(args, smoke=4, default=12,
-                     full=20), second_octet=21, kinds=("robots",))  # fmt: skip
+    p = parser(__doc__.split("\n\n")[0])
+    p.add_argument("--sites", type=int, default=0, help="this many sites instead of the size's")
+    p.add_argument("--pages", type=int, default=0, help="this many pages per site instead of the size's")
+    args = p.parse_args()
+    spec = KindsSpec(sites_per_kind=args.sites or size(args, smoke=5, default=300, full=500),
+                     pages=args.pages or size(args, smoke=4, default=12, full=20), second_octet=21,
+                     kinds=("robots",))  # fmt: skip
     with broker(args) as bootstrap, tempfile.TemporaryDirectory(prefix="bench-floors-") as tmp:
         calibrated = calibration()
         fleet = KindsProcess(spec)
