@@ -13,8 +13,9 @@ from aiohappyeyeballs import AddrInfoType
 from aiohttp import web
 
 from deploy.kafka import free_port
-from frontier.config import BACKOFF_CODES
-from workers.api.fetch import bounded_sockets, fetch, send_tracer
+from frontier.config import BACKOFF_CODES, Config
+from workers.api.builtin import AiohttpFetcher
+from workers.api.fetch import TimedRequest, bounded_sockets, fetch, send_tracer
 from workers.api.links import same_site_links
 from workers.api.outcome import is_retryable, throttle_headers
 
@@ -149,6 +150,52 @@ async def test_send_time_is_when_the_headers_left(server: str) -> None:
     async with aiohttp.ClientSession() as untraced:  # no tracer: the time before the request, no callback
         r = await fetch(untraced, f"{server}/ok", 5, 1_000_000, on_sent=times.append)
     assert r.status == 200 and len(times) == 1 and r.sent_at > 0
+
+
+class _SlowResolver(aiohttp.abc.AbstractResolver):
+    """Resolves any name to HOST after ``delay`` seconds: a connection set-up that takes time."""
+
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+
+    async def resolve(self, host: str, port: int = 0, family: int = socket.AF_INET) -> list[aiohttp.abc.ResolveResult]:
+        await asyncio.sleep(self.delay)
+        return [{"hostname": host, "host": HOST, "port": port, "family": socket.AF_INET, "proto": 0,
+                 "flags": socket.AI_NUMERICHOST}]  # fmt: skip
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("timing", ["request_class", "tracer"])
+async def test_the_send_time_is_read_after_the_connection_is_made(server: str, timing: str) -> None:
+    """A session made with ``request_class=TimedRequest`` (the built-in fetcher's) times the send
+    as the tracer does: after the connection set-up (here a slow resolution), once with redirects,
+    and a refused connection is a ``connect`` error (the request never left)."""
+    made = {"request_class": TimedRequest} if timing == "request_class" else {"trace_configs": [send_tracer()]}
+    times: list[float] = []
+    connector = aiohttp.TCPConnector(resolver=_SlowResolver(0.3), use_dns_cache=False)
+    async with aiohttp.ClientSession(connector=connector, **made) as s:
+        before = time.time()
+        r = await fetch(s, server.replace(HOST, "slow.test") + "/redirect", 5, 1 << 20, max_redirects=5,
+                        on_sent=times.append)  # fmt: skip
+        after = time.time()
+        assert r.status == 200 and r.error == "" and len(times) == 1
+        assert before + 0.3 <= times[0] == r.sent_at <= after
+        refused = await fetch(s, f"http://{HOST}:{free_port()}/", 5, 1000, on_sent=times.append)
+        assert refused.error == "connect" and len(times) == 1
+
+
+async def test_the_built_in_session_times_sends_without_aiohttps_tracing() -> None:
+    """The built-in fetcher's session reads send times with TimedRequest, not aiohttp's tracing (a
+    quarter of a fetch's CPU), and leaves the timeout to fetch() (the job's: one timer a request)."""
+    fetcher = AiohttpFetcher(Config(), 4)
+    s = fetcher.session()
+    try:
+        assert s._request_class is TimedRequest and not s.trace_configs
+        assert s.timeout.total is None and s.timeout.sock_connect is None
+    finally:
+        await fetcher.close()
 
 
 async def test_the_built_in_fetchers_sockets_drop_what_stays_unacknowledged(server: str) -> None:

@@ -1,5 +1,7 @@
 """Shared plumbing for the benchmark programs: a broker (a private one unless --bootstrap is
-given), argument parsing with small/smoke/full sizes, and figure printing.
+given), argument parsing with small/smoke/full sizes, figure printing, a calibration (the
+machine's speed and load at the time) and the CPU-seconds the project's processes spent, from
+their own accounting (``/proc/PID/stat``).
 
 Benchmarks are programs that print figures; they assert nothing about speed.
 """
@@ -54,6 +56,56 @@ def report(name: str, **figures: Any) -> None:
     """One JSON line per result, easy to paste into docs/BENCHMARKS.md and to parse."""
     print(json.dumps({"bench": name, "at": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(), **figures}),
           flush=True)  # fmt: skip
+
+
+def calibration() -> dict[str, float]:
+    """The machine's speed now (seconds of a fixed CPU task) and its load, printed beside the figures."""
+    t0 = time.perf_counter()
+    sum(i * i for i in range(2_000_000))
+    return {"calibration_s": round(time.perf_counter() - t0, 3), "load_1min": round(os.getloadavg()[0], 2)}
+
+
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU-seconds of ``pid`` and its live descendants, from their own accounting
+    (``/proc/PID/stat`` utime + stime, Linux); 0 for a process that is gone."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    stats: dict[int, tuple[int, float]] = {}  # pid -> (parent, cpu seconds)
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        # after the command: state ppid ... utime (14th field of the line) stime (15th)
+        stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / ticks)
+    tree, total, seen = [pid], 0.0, set()
+    while tree:
+        here = tree.pop()
+        if here in seen or here not in stats:
+            continue
+        seen.add(here)
+        total += stats[here][1]
+        tree.extend(child for child, (parent, _) in stats.items() if parent == here)
+    return total
+
+
+def role_of(name: str) -> str:
+    """The role of a benchmark's process by its name in the stack: frontier, router or workers."""
+    return "router" if name.startswith("router") else "frontier" if name.startswith("f") else "workers"
+
+
+def cpu_per_1000(before: dict[str, float], after: dict[str, float], pages: int) -> dict[str, Any]:
+    """CPU-seconds per 1,000 pages of each role (frontier, workers, router) and their sum, from two
+    readings of each process's CPU-seconds by name; the seconds of each process beside them."""
+    spent = {name: max(after[name] - before.get(name, 0.0), 0.0) for name in after}
+    roles: dict[str, float] = {}
+    for name, seconds in spent.items():
+        roles[role_of(name)] = roles.get(role_of(name), 0.0) + seconds
+    per = 1000.0 / max(pages, 1)
+    return {"cpu_pages": pages, **{f"cpu_s_per_1000_pages_{r}": round(s * per, 3) for r, s in sorted(roles.items())},
+            "cpu_s_per_1000_pages_sum": round(sum(roles.values()) * per, 3),
+            "cpu_s": {name: round(s, 2) for name, s in sorted(spent.items())}}  # fmt: skip
 
 
 def produce_urls(bootstrap: str, topic: str, n: int, domains: int, start: int = 0) -> None:

@@ -27,7 +27,7 @@ from typing import Any
 from confluent_kafka import Producer
 
 from frontier.demo.stack import Stack, TopicReader, read_pages, wait_until
-from tests.bench.common import broker, parser, report, size
+from tests.bench.common import broker, cpu_per_1000, parser, process_cpu_s, report, size
 from tests.bench.fleet import FleetProcess, FleetReport, FleetSpec
 from tests.bench.kinds import KindsProcess, KindsSpec
 
@@ -61,8 +61,11 @@ def figures(fleet: FleetReport, pages: int, crawler_seconds: float) -> dict[str,
 
 
 def frontier_crawl(bootstrap: str, urls: list[str], workdir: Path, throttle: dict[str, Any], timeout: float,
-                   workers: int = WORKERS, frontiers: int = 1) -> tuple[dict[str, str], float]:  # fmt: skip
-    """Crawl ``urls`` with this project; the outcome of every URL and the seconds it took."""
+                   workers: int = WORKERS, frontiers: int = 1,
+                   cpu: dict[str, Any] | None = None) -> tuple[dict[str, str], float]:  # fmt: skip
+    """Crawl ``urls`` with this project; the outcome of every URL and the seconds it took. ``cpu``,
+    if given, gets the CPU-seconds per 1,000 pages of the frontier and the workers (each process's
+    own accounting) from the first page reported to the last, start-up left out."""
     stack = Stack(bootstrap, workdir, prefix=f"v{uuid.uuid4().hex[:6]}.", partitions=8, throttle=throttle)
     reader: TopicReader | None = None
     try:
@@ -78,13 +81,20 @@ def frontier_crawl(bootstrap: str, urls: list[str], workdir: Path, throttle: dic
             producer.produce(stack.topics.urls, json.dumps({"url": url}).encode())
         producer.flush(60)
         seen: dict[str, str] = {}
+        first: tuple[int, dict[str, float]] | None = None  # pages reported, CPU-seconds: at the first page
 
         def all_reported() -> bool:
+            nonlocal first
             stack.check_alive()
             seen.update((p.url, p.outcome) for p in read_pages(reader))  # type: ignore[arg-type]
+            if first is None and seen and cpu is not None:
+                first = (len(seen), {name: process_cpu_s(p.pid) for name, p in stack.procs.items()})
             return len(seen) >= len(urls)
 
         wait_until(all_reported, timeout, what="every URL on crawl.pages")
+        if cpu is not None and first is not None:
+            after = {name: process_cpu_s(p.pid) for name, p in stack.procs.items()}
+            cpu.update(cpu_per_1000(first[1], after, len(seen) - first[0]))
         return seen, time.time() - started
     finally:
         if reader is not None:
@@ -96,10 +106,11 @@ def crawl_with_frontier(bootstrap: str, spec: FleetSpec, workdir: Path, throttle
                         workers: int = WORKERS, frontiers: int = 1) -> dict[str, Any]:  # fmt: skip
     fleet = FleetProcess(spec)
     try:
-        seen, seconds = frontier_crawl(bootstrap, fleet.urls, workdir, throttle, timeout, workers, frontiers)
+        cpu: dict[str, Any] = {}
+        seen, seconds = frontier_crawl(bootstrap, fleet.urls, workdir, throttle, timeout, workers, frontiers, cpu)
         fetched = sum(1 for o in seen.values() if o == "fetched")
         return {"disallowed_reported": sum(1 for o in seen.values() if o == "disallowed"),
-                **figures(fleet.report(), fetched, seconds)}  # fmt: skip
+                **figures(fleet.report(), fetched, seconds), **cpu}  # fmt: skip
     finally:
         fleet.close()
 

@@ -16,7 +16,7 @@ import aiohttp
 
 from frontier.config import Config
 from workers.api.clock import SYSTEM, Clock
-from workers.api.fetch import bounded_sockets, fetch, send_tracer
+from workers.api.fetch import TimedRequest, bounded_sockets, fetch
 from workers.api.leased import LeasedJob
 from workers.api.outcome import FetchResult
 from workers.api.safety import AddressPolicy, SafeConnector
@@ -38,7 +38,10 @@ class AiohttpFetcher:
             policy = AddressPolicy(self.cfg.worker.allow_networks, self.cfg.worker.block_private)
             connector = SafeConnector(policy, limit=self.concurrency * 2, limit_per_host=0, ttl_dns_cache=300,
                                       socket_factory=bounded_sockets(self.cfg.worker.unacked_timeout))  # fmt: skip
-            self._session = aiohttp.ClientSession(connector=connector, trace_configs=[send_tracer()],
+            # the send time from TimedRequest (not aiohttp's tracing: a quarter of a fetch's CPU);
+            # no aiohttp timeouts: fetch() bounds each request by its job's timeout (one timer, not three)
+            self._session = aiohttp.ClientSession(connector=connector, request_class=TimedRequest,
+                                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=None),
                                                   headers={"User-Agent": self.cfg.worker.user_agent})  # fmt: skip
             # aiohttp silently re-sends a request when a reused keep-alive connection was
             # closed: a second request the frontier never scheduled. Only the frontier may

@@ -159,11 +159,17 @@ class WorkerMetrics:
         self.hosts = HostWatch()
         self.registry.register(_Hosts(self.hosts, clock))
         process_metrics(self.registry)
+        # each (class, kind)'s counter, looked up once (labels() checks and locks at every call)
+        self._fetched: dict[tuple[str, str], Counter] = {}
         for cls in FETCH_CLASSES:
             self.fetches.labels(cls, "page")
 
     def observe(self, kind: str, outcome: str, status: int, latency: float, host: str = "") -> None:
-        self.fetches.labels(fetch_class(outcome, status), kind).inc()
+        key = (fetch_class(outcome, status), kind)
+        counter = self._fetched.get(key)
+        if counter is None:  # (a few classes times the job kinds)
+            counter = self._fetched[key] = self.fetches.labels(*key)
+        counter.inc()
         if latency > 0:
             self.latency.observe(latency)
         if host and outcome in ("fetched", "error"):  # an answer, or none: not a job skipped or handed back

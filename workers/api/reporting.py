@@ -141,16 +141,21 @@ class Reporter:
                 note = "; ".join(f"sitemap: {n}" for n in notes)[:500]
             if subs is None:  # an unchanged page's links were followed at its first fetch
                 subs = [] if unchanged else follow_ups(item, result, self.max_redirects, self.agent)
-            page, *followed = await asyncio.gather(
+            publish_page = (
                 self.publisher.deliver(
                     self.topics.pages,
                     self._page(leased, result, unchanged, validators.get("digest", ""), note),
                     key=item.url.encode(),
                 )
                 if result.page
-                else _nothing(),
-                *(self.publisher.deliver(self.topics.urls, s) for s in subs),
+                else _nothing()
             )
+            if subs:
+                page, *followed = await asyncio.gather(
+                    publish_page, *(self.publisher.deliver(self.topics.urls, s) for s in subs)
+                )
+            else:  # the page alone (most jobs): awaited here, not in a task of its own
+                page, followed = await publish_page, []
             if page:
                 await self._fail(leased, result, f"page_not_published: {page}")
                 return
