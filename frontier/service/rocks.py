@@ -201,6 +201,8 @@ class RocksKV:
 
     def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:
         """The first entry under ``prefix`` (``scan``'s first, one seek without a generator)."""
+        # (the iterator is made here, not by a helper shared with scan: its ReadOptions must outlive
+        # it, or the upper bound is read after it is freed; tests/test_store_scan.py fails then)
         bound = prefix_end(prefix)
         if bound is None:
             it = self._db.iter()
