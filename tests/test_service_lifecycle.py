@@ -419,11 +419,12 @@ def test_the_frontier_process_freezes_its_startup_objects_and_collects_young_obj
     defaults (a young collection every 700 allocations, every startup object looked at again)."""
     import gc
 
-    from frontier.service.app import GC_YOUNG, tune_collector
+    from frontier.observability.process import tune_collector
+    from frontier.service.app import GC_YOUNG
 
     threshold = gc.get_threshold()
     try:
-        tune_collector()
+        tune_collector(GC_YOUNG)
         assert gc.get_threshold() == (GC_YOUNG, threshold[1], threshold[2]) and GC_YOUNG >= 10_000
         assert gc.get_freeze_count() > 0
     finally:

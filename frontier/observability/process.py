@@ -1,10 +1,11 @@
 """What the frontier's and the workers' metrics share (docs/METRICS.md): the classes of a fetch's
-outcome, the latency buckets, and the process's own gauges (RSS, CPU, open files, the memory bound
-they are read against). Workers import this module and nothing else of the service's
-observability."""
+outcome, the latency buckets, the process's own gauges (RSS, CPU, open files, the memory bound
+they are read against), and the process's cyclic-collector settings (:func:`tune_collector`).
+Workers import this module and nothing else of the service's observability."""
 
 from __future__ import annotations
 
+import gc
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,18 @@ from prometheus_client.registry import Collector
 FETCH_CLASSES = ("2xx", "3xx", "4xx", "429", "5xx", "error", "expired", "disallowed", "skipped")
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 NO_LIMIT = 1 << 60  # a cgroup memory limit this high (or "max") is no limit
+
+
+def tune_collector(young: int | None = None) -> None:
+    """Python's cyclic collector, set for a long-running process that allocates a few objects per
+    job and frees nearly all of them by their reference counts: what start-up made (modules,
+    settings, clients) is frozen out of every collection, so each pass looks at the jobs' garbage
+    only; ``young``: allocations between two young collections (CPython's default: 700), else
+    left as it is (issue 39: measured in docs/BENCHMARKS.md, "Issue 39, session 2")."""
+    gc.freeze()
+    if young is not None:
+        _, middle, old = gc.get_threshold()
+        gc.set_threshold(young, middle, old)
 
 
 def fetch_class(outcome: str, status: int) -> str:

@@ -10,7 +10,6 @@ per batch, not once per URL.
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import ssl
 import time
@@ -24,6 +23,7 @@ from aiohttp import web
 from frontier.client.feed import LagProbe, StatusFeed
 from frontier.config import Config
 from frontier.intake.router import Router
+from frontier.observability.process import tune_collector
 from frontier.observability.web import build_web, check_exposure
 from frontier.service.crawls import CrawlDirectory
 from frontier.service.lifecycle import GROUP_HEARTBEAT, GROUP_SESSION
@@ -34,7 +34,10 @@ from topics.schemas import ControlCommand, EncodedUrlBatch, FeedbackBatch, Schem
 
 log = logging.getLogger("frontier")
 LAG_INTERVAL = 10.0  # seconds between consumer lag measurements
-GC_YOUNG = 50_000  # allocations between two young collections (CPython's default: 700)
+# allocations between two young collections (CPython's default: 700). With the defaults, collections
+# took 4.3 s of the frontier's 55 CPU-seconds in tests.bench.dispatch (3,200 young and 26 full
+# collections, thread CPU time measured with gc.callbacks, 2026-11-28); with these, 0.4 s.
+GC_YOUNG = 50_000
 
 
 def faust_credentials(extra: Mapping[str, str]) -> Any:
@@ -209,23 +212,11 @@ async def start_web(cfg: Config, service: FrontierService) -> web.AppRunner:
     return runner
 
 
-def tune_collector() -> None:
-    """Python's cyclic collector, set for a process that allocates a few objects per URL and job,
-    nearly all freed by their reference counts: what startup made (modules, settings, clients) is
-    frozen out of every collection, and a young collection runs every ``GC_YOUNG`` allocations
-    instead of 700. With the defaults, collections took 4.3 s of the frontier's 55 CPU-seconds in
-    ``tests.bench.dispatch`` (3,200 young and 26 full collections; thread CPU time measured with
-    ``gc.callbacks``, 2026-11-28); with these, 0.4 s (181 young, 1 full)."""
-    gc.freeze()
-    _, middle, old = gc.get_threshold()
-    gc.set_threshold(GC_YOUNG, middle, old)
-
-
 def run_frontier(cfg: Config, loglevel: str = "info", kafka: Kafka | None = None) -> None:
     """Run a frontier process until SIGINT/SIGTERM (its own clients from ``kafka``, see :func:`build_app`)."""
     lock_state_dir(cfg.frontier.state_dir, cfg.frontier.app_id)  # a second instance here: ConfigError, one line
     Path(cfg.frontier.state_dir, "faust").mkdir(parents=True, exist_ok=True)
     app, _ = build_app(cfg, kafka)
-    tune_collector()
+    tune_collector(GC_YOUNG)
     worker = faust.Worker(app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()
