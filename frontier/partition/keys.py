@@ -63,6 +63,10 @@ CLEAN_AT_KEY = META + b"clean-at"  # wall-clock time (epoch s) of that clean clo
 STANDBY_KEY = META + b"standby-offset"  # a standby copy: only changelog records, applied up to here
 STANDBY_AT_KEY = META + b"standby-at"  # every changelog record written before this time is in the copy
 MARKER_KEYS = (CLEAN_KEY, CLEAN_AT_KEY, STANDBY_KEY, STANDBY_AT_KEY)
+# An owned partition's store holds only committed transactions (frontier.service.pending), each
+# written in one batch with these: complete up to this changelog offset, as of this wall-clock time
+COMMITTED_KEY = META + b"committed-offset"
+COMMITTED_AT_KEY = META + b"committed-at"
 ACK_KEY = META + b"ack"  # marker records closing a run of changelog writes (tombstones; never stored)
 
 _END = b"\x00"  # ends a queue id in a queue key

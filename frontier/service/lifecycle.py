@@ -20,6 +20,7 @@ from frontier.partition import PartitionFrontier
 from frontier.partition.records import ChangeHook
 from frontier.service.crawls import CrawlDirectory
 from frontier.service.owned import Partitions, _Owned
+from frontier.service.pending import Pending
 from frontier.service.restore import close_partition, db_path, feedback_backlog_end, open_partition
 from frontier.service.standby import Standby
 from frontier.service.writer import PartitionWriter, WriteFailed
@@ -163,9 +164,10 @@ class Lifecycle:
             await writer.close()
             raise
         writer.applied = applied
-        frontier = PartitionFrontier(p, kv, self.cfg.frontier, self.cfg.throttle, self.partitions.changelog(p),
+        writer.generations = store = Pending(kv)  # RocksDB written at each commit, with what committed
+        frontier = PartitionFrontier(p, store, self.cfg.frontier, self.cfg.throttle, self.partitions.changelog(p),
                                      user_agent=self.cfg.worker.user_agent, on_change=self._on_change)  # fmt: skip
-        owned = _Owned(frontier=frontier, kv=kv, writer=writer)
+        owned = _Owned(frontier=frontier, kv=store, writer=writer)
         owned.feedback_due = await asyncio.to_thread(self._feedback_waiting, p)
         phases.end("feedback")
         owned.expire_from = self.clock() + self.cfg.frontier.lease_grace + self.cfg.frontier.fetch_timeout

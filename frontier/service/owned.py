@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from frontier.partition import PartitionFrontier
 from frontier.service.inputs import Ackable, input_offset
-from frontier.service.rocks import RocksKV
+from frontier.service.pending import Pending
 from frontier.service.writer import PartitionWriter
 
 
@@ -22,7 +22,7 @@ class _Owned:
     :class:`~frontier.service.lifecycle.Lifecycle` when it opens the partition."""
 
     frontier: PartitionFrontier
-    kv: RocksKV
+    kv: Pending  # (its RocksDB holds committed transactions only)
     writer: PartitionWriter
     dirty: bool = False  # changelog records written since the last commit was asked for
     # Restore order: leases are not expired before the feedback that was waiting for this

@@ -1,11 +1,14 @@
 """Durable per-partition state: open a partition's RocksDB, restore it from the changelog topic,
 and close it cleanly so the next owner knows how far the local copy can be trusted.
 
-Recovery rule (as faust's RocksDB store does, made stricter): the local database is trusted only
-if it was closed cleanly or kept as a standby copy (see ``frontier.service.standby``), in which case it
-records the changelog offset it is complete up to and only newer changelog records are replayed.
-After a crash the local files are wiped and the partition is rebuilt from the whole (compacted)
-changelog, so nothing that was never acknowledged by Kafka survives locally and diverges.
+Recovery rule: the local database is trusted only up to a marker of the changelog offset it is
+complete up to, and only newer changelog records are replayed: the clean close's, a standby copy's
+(see ``frontier.service.standby``), or, after a crash, the committed marker: an owned partition's
+store is written only with transactions that committed, each in one batch with its marker,
+through RocksDB's write-ahead log (``frontier.service.pending``), so nothing that was never
+acknowledged by Kafka is in it. A store with no marker (a crash during a restore) is wiped and the
+partition rebuilt from the whole (compacted) changelog. (Writes without the log, a restore's, are
+flushed before the first logged batch: a crash never keeps a marker without what came before it.)
 
 A local copy also records *when* it was complete (the clean close, or the last time a standby
 copy had caught up). Replaying only the tail is right only while the tail still holds every
@@ -28,7 +31,17 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaError, Message, TopicPartitio
 from confluent_kafka.admin import ConfigResource, ResourceType  # type: ignore[attr-defined]
 
 from frontier.core.kv import KV
-from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, MARKER_KEYS, STANDBY_AT_KEY, STANDBY_KEY
+from frontier.partition.keys import (
+    CLEAN_AT_KEY,
+    CLEAN_KEY,
+    COMMITTED_AT_KEY,
+    COMMITTED_KEY,
+    MARKER_KEYS,
+    STANDBY_AT_KEY,
+    STANDBY_KEY,
+)
+from frontier.service.pending import Pending
+from frontier.service.pending import encode_time as encode_time  # (the standby copies' too)
 from frontier.service.rocks import RocksKV
 from topics.kafka import Connection, Kafka, watermarks
 
@@ -72,7 +85,7 @@ def restore_plan(
     when known) are the partition's current watermarks. Pure: no clock, no Kafka.
     """
     if offset is None:
-        return Plan(False, "no clean or standby marker")
+        return Plan(False, "no clean, standby or committed marker")
     if closed_at is None or not math.isfinite(closed_at):
         return Plan(False, "the copy's close time is not recorded")
     if not math.isfinite(now) or not math.isfinite(retention):
@@ -91,8 +104,11 @@ def restore_plan(
 
 
 def local_copy(kv: KV) -> LocalCopy | None:
-    """The clean marker (or else the standby marker) of a store, None if it has neither."""
-    for offset_key, at_key in ((CLEAN_KEY, CLEAN_AT_KEY), (STANDBY_KEY, STANDBY_AT_KEY)):
+    """The clean marker (or else the standby marker, or else the committed marker of the last
+    transaction written: a store left by a crash) of a store, None if it has none. (Each says the
+    store holds the changelog up to its offset: written after, or with, what it covers.)"""
+    markers = ((CLEAN_KEY, CLEAN_AT_KEY), (STANDBY_KEY, STANDBY_AT_KEY), (COMMITTED_KEY, COMMITTED_AT_KEY))
+    for offset_key, at_key in markers:
         raw = kv.get(offset_key)
         if raw is None:
             continue
@@ -109,10 +125,6 @@ def local_copy(kv: KV) -> LocalCopy | None:
                 at = None
         return LocalCopy(offset, at)
     return None
-
-
-def encode_time(t: float) -> bytes:
-    return repr(float(t)).encode()
 
 
 def delete_retention(client_conf: Connection, topic: str, timeout: float = 10.0) -> float:
@@ -147,7 +159,7 @@ def open_partition(
         kv = RocksKV(path)
         copy = local_copy(kv)
         if copy is None:
-            plan = Plan(False, "no clean or standby marker")
+            plan = Plan(False, "no clean, standby or committed marker")
         else:
             low, high = changelog_watermarks(client_conf, topic, partition)
             if retention is None:
@@ -155,7 +167,7 @@ def open_partition(
             plan = restore_plan(copy.offset, copy.at, time.time() if now is None else now, retention, low, high)
         if copy is not None and plan.trust:
             start = copy.offset + 1
-            for key in MARKER_KEYS:  # from now on the local copy is "dirty" until closed cleanly
+            for key in (*MARKER_KEYS, COMMITTED_KEY, COMMITTED_AT_KEY):  # "dirty" until the restore ends
                 kv.delete(key)
         else:
             log.info("partition %d: local state not trusted (%s), rebuilding from the changelog", partition,
@@ -166,6 +178,11 @@ def open_partition(
     else:
         kv = RocksKV(path)
     replayed, applied = replay(kv, client_conf, topic, partition, start)
+    # Complete up to ``applied`` (the writer fenced every other owner first: nothing else is written
+    # meanwhile), made durable before the owned partition's first logged batch.
+    kv.put(COMMITTED_AT_KEY, encode_time(time.time() if now is None else now))
+    kv.put(COMMITTED_KEY, str(applied).encode())
+    kv.flush()
     return kv, replayed, applied
 
 
@@ -211,10 +228,12 @@ def replay(kv: RocksKV, client_conf: Connection, topic: str, partition: int, sta
         consumer.close()
 
 
-def close_partition(kv: RocksKV, last_offset: int, now: float | None = None) -> None:
+def close_partition(store: RocksKV | Pending, last_offset: int, now: float | None = None) -> None:
     """Mark the store clean at ``last_offset``, the offset of the last changelog record it holds
     (never the changelog's end at close, which may hold another owner's records), as of
-    wall-clock time ``now`` (default: ``time.time()``), then close."""
+    wall-clock time ``now`` (default: ``time.time()``), then close. (Of a :class:`Pending`, its
+    RocksDB: every transaction it holds committed; a write not in one never goes to the changelog.)"""
+    kv = store.rocks if isinstance(store, Pending) else store
     kv.put(CLEAN_AT_KEY, encode_time(time.time() if now is None else now))
     kv.put(CLEAN_KEY, str(last_offset).encode())
     kv.close()

@@ -152,11 +152,18 @@ class RocksKV:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._db = Rdict(str(path), rocks_options())
-        # No write-ahead log: the changelog topic is the source of truth. A cleanly closed
-        # database is flushed on close; after a crash the local copy is discarded anyway.
+        # No write-ahead log by default (restores, standby copies, markers): the changelog topic is
+        # the source of truth, and a crash keeps a prefix of these writes (flushed memtables, in
+        # order), which the markers written after their records make safe. A cleanly closed database
+        # is flushed on close. An owned partition's committed transactions go through the log
+        # (``write_many(logged=True)``): a kill -9 of the process keeps them.
         write = WriteOptions()
         write.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says method
         self._db.set_write_options(write)
+        self._logged = WriteOptions()  # (the log written, not synced: what a killed process wrote stays)
+        # Writes without the log since the last flush: a logged write after them would survive a crash
+        # that loses them (the log is replayed over the flushed files), so they are flushed first.
+        self._unlogged = False
         self._cursors: weakref.WeakSet[RocksCursor] = weakref.WeakSet()
 
     def get(self, key: bytes) -> bytes | None:
@@ -164,21 +171,36 @@ class RocksKV:
         return value
 
     def put(self, key: bytes, value: bytes) -> None:
+        self._unlogged = True
         self._db[key] = value
 
     def delete(self, key: bytes) -> None:
+        self._unlogged = True
         del self._db[key]
 
-    def write_many(self, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+    def write_many(self, records: Iterable[tuple[bytes, bytes | None]], logged: bool = False) -> None:
         """Apply ``records`` in order (a value None deletes its key) as one atomic write: a
-        restore's batch of changelog records costs one call into RocksDB, not one per record."""
+        restore's batch of changelog records costs one call into RocksDB, not one per record.
+        ``logged``: through the write-ahead log, so that a kill -9 of the process keeps it (every
+        write without the log before it is flushed first: a crash keeps a prefix of the writes)."""
         batch = WriteBatch(raw_mode=True)
         for key, value in records:
             if value is None:
                 del batch[key]
             else:
                 batch[key] = value
-        self._db.write(batch)
+        if not logged:
+            self._unlogged = True
+            self._db.write(batch)
+            return
+        self.flush()
+        self._db.write(batch, self._logged)
+
+    def flush(self) -> None:
+        """Make every write without the log so far durable (a memtable flush, waited for)."""
+        if self._unlogged:
+            self._db.flush(True)
+            self._unlogged = False
 
     def scan(self, prefix: bytes, after: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         # Bounded to the prefix: without an upper bound, a seek into an emptied range walks every

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
@@ -54,6 +55,15 @@ class TransactionalProducer(Protocol):
     def poll(self, timeout: float) -> int: ...
     def flush(self, timeout: float) -> int: ...
     def purge(self) -> None: ...
+
+
+class Generations(Protocol):
+    """The partition store's writes held until their transaction commits
+    (:class:`~frontier.service.pending.Pending`): sealed as the writer opens a transaction with the
+    same changelog records, written to the store once it committed (never when it failed)."""
+
+    def seal(self) -> Any: ...
+    def committed(self, gens: list[Any], offset: int, at: float | None = None) -> None: ...
 
 
 class WriteFailed(RuntimeError):
@@ -105,6 +115,8 @@ class PartitionWriter:
         self._committed = asyncio.Event()  # set after each commit round (room for held records)
         self.failed: WriteFailed | None = None
         self.commits = 0
+        self.generations: Generations | None = None  # the store's writes of each transaction
+        self._sealed: list[Any] = []  # their generations in the open transaction
 
     # -- life ---------------------------------------------------------------------------------
     async def start(self, timeout: float = 60.0) -> None:
@@ -163,6 +175,8 @@ class PartitionWriter:
         changelog records first (one per key), then the others in order."""
         log, self._log = self._log, {}
         held, self._held = self._held, []
+        if self.generations is not None:  # the store's writes of these changelog records
+            self._sealed.append(self.generations.seal())
         producer = self._producer
         try:
             if not self._open:
@@ -218,8 +232,10 @@ class PartitionWriter:
 
     async def _commit_round(self) -> None:
         then, self._then = self._then, []
+        sealed, self._sealed = self._sealed, []
         try:
             if self._written:
+                at = time.time()  # every record of the transaction was written before
                 offsets: list[int] = []
 
                 def marked(err: KafkaError | None, msg: Message) -> None:
@@ -233,6 +249,8 @@ class PartitionWriter:
                 self.commits += 1
                 if offsets:
                     self.applied = max(self.applied, offsets[0])
+                if sealed and self.generations is not None:  # committed: the store gets them now
+                    self.generations.committed(sealed, self.applied, at)
         except Exception as exc:  # noqa: BLE001 - any failure: the store holds what the changelog does not
             self._fail(exc)
             return
@@ -246,7 +264,7 @@ class PartitionWriter:
 
     def _fail(self, exc: BaseException) -> None:
         self.failed = WriteFailed(self.partition, exc)
-        self._then, self._log, self._held, self._held_then = [], {}, [], []
+        self._then, self._log, self._held, self._held_then, self._sealed = [], {}, [], [], []
         log.error("%s", self.failed)
         if self._on_failure is not None:
             self._on_failure(self.failed)

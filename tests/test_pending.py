@@ -1,0 +1,182 @@
+"""The write-back layer of an owned partition's store (frontier/service/pending.py): reads see the
+writes of transactions not committed yet over RocksDB (get, first, scan, cursor, with tombstones
+and older generations), a generation reaches RocksDB only once its transaction committed, in one
+batch with its changelog marker, and never when the commit failed (fenced)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from frontier.core.kv import MemoryKV
+from frontier.partition.keys import COMMITTED_AT_KEY, COMMITTED_KEY
+from frontier.service.pending import Pending
+from frontier.service.rocks import RocksKV
+from frontier.service.writer import PartitionWriter, WriteFailed
+from tests.test_service_protocol import Recorder
+from tests.test_writer import Fenced, until
+
+
+@pytest.fixture
+def rocks(tmp_path: Path) -> RocksKV:
+    kv = RocksKV(tmp_path / "p0")
+    yield kv  # type: ignore[misc]
+    kv.close()
+
+
+def test_reads_see_the_writes_not_committed_yet_and_rocksdb_gets_none(rocks: RocksKV) -> None:
+    rocks.put(b"a", b"old")
+    rocks.put(b"b", b"old")
+    kv = Pending(rocks)
+    kv.put(b"a", b"new")
+    kv.delete(b"b")
+    kv.put(b"c", b"new")
+    assert (kv.get(b"a"), kv.get(b"b"), kv.get(b"c")) == (b"new", None, b"new")
+    assert (rocks.get(b"a"), rocks.get(b"b"), rocks.get(b"c")) == (b"old", b"old", None)
+    assert list(kv.scan(b"")) == [(b"a", b"new"), (b"c", b"new")]
+
+
+def test_first_skips_deleted_heads_of_rocksdb_and_of_older_generations(rocks: RocksKV) -> None:
+    for key in (b"q1", b"q2", b"q3", b"r1"):
+        rocks.put(key, key)
+    kv = Pending(rocks)
+    kv.delete(b"q1")
+    kv.seal()  # an older generation, in a transaction still committing
+    assert kv.first(b"q") == (b"q2", b"q2")
+    kv.delete(b"q2")
+    assert kv.first(b"q") == (b"q3", b"q3")
+    kv.put(b"q0", b"new")
+    assert kv.first(b"q") == (b"q0", b"new")
+    kv.delete(b"q0")
+    kv.delete(b"q3")
+    assert kv.first(b"q") is None and kv.first(b"r") == (b"r1", b"r1")
+    kv.put(b"q9", b"late")
+    assert kv.first(b"q") == (b"q9", b"late")
+
+
+def test_a_cursor_sees_the_store_as_it_was_when_made(rocks: RocksKV) -> None:
+    for key in (b"k1", b"k3", b"k5"):
+        rocks.put(key, b"r")
+    kv = Pending(rocks)
+    kv.put(b"k2", b"p")
+    kv.delete(b"k3")
+    cursor = kv.cursor(b"k")
+    kv.put(b"k4", b"after")  # after the cursor was made: not in its view
+    kv.delete(b"k5")
+    assert cursor.next() == (b"k1", b"r")
+    assert cursor.next() == (b"k2", b"p")
+    cursor.seek(b"k4")
+    assert cursor.next() == (b"k5", b"r")
+    assert cursor.next() is None
+    cursor.close()
+
+
+def test_a_cursor_seek_keeps_the_entry_it_read_ahead(rocks: RocksKV) -> None:
+    for key in (b"k1", b"k5"):
+        rocks.put(key, b"r")
+    kv = Pending(rocks)
+    kv.put(b"k2", b"p")
+    cursor = kv.cursor(b"k")
+    assert cursor.next() == (b"k1", b"r")
+    cursor.seek(b"k3")  # k5 was read ahead from RocksDB: still to come
+    assert cursor.next() == (b"k5", b"r")
+    assert cursor.next() is None
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_layer_reads_as_a_plain_store_through_seals_and_commits(rocks: RocksKV, seed: int) -> None:
+    """Random writes, seals and commits: every read equals an in-memory store given the same writes."""
+    rng = random.Random(seed)
+    model, kv = MemoryKV(), Pending(rocks)
+    keys = [b"k" + bytes((p,)) + b"%d" % n for p in b"abc" for n in range(12)]
+    prefixes = [b"k", b"ka", b"kb", b"kc", b"kb1"]
+    for key in keys[::3]:  # some already in RocksDB
+        rocks.put(key, b"r" + key)
+        model.put(key, b"r" + key)
+    sealed: list[dict[bytes, bytes | None]] = []
+    cursors = []
+    for step in range(400):
+        op = rng.random()
+        key = rng.choice(keys)
+        if op < 0.45:
+            kv.put(key, b"%d" % step)
+            model.put(key, b"%d" % step)
+        elif op < 0.75:
+            kv.delete(key)
+            model.delete(key)
+        elif op < 0.85:
+            sealed.append(kv.seal())
+        elif op < 0.93 and sealed:
+            n = rng.randint(1, len(sealed))
+            kv.committed(sealed[:n], step)
+            del sealed[:n]
+        elif len(cursors) < 4:
+            prefix = rng.choice(prefixes)
+            cursors.append((kv.cursor(prefix), model.cursor(prefix)))
+        prefix = rng.choice(prefixes)
+        assert kv.get(key) == model.get(key)
+        assert kv.first(prefix) == model.first(prefix)
+        after = rng.choice([b"", key])
+        assert list(kv.scan(prefix, after)) == list(model.scan(prefix, after))
+        if cursors and rng.random() < 0.5:
+            ours, theirs = rng.choice(cursors)
+            if rng.random() < 0.3:
+                ours.seek(key)
+                theirs.seek(key)
+            assert ours.next() == theirs.next()
+    kv.committed(sealed, 999)
+    kv.committed([kv.seal()], 1000)
+    assert list(rocks.scan(b"k")) == list(model.scan(b"k"))
+    assert kv._view == {} and kv._keys == []
+
+
+def test_a_generation_is_written_only_with_its_commit_and_marker(rocks: RocksKV) -> None:
+    kv = Pending(rocks, clock=lambda: 1234.5)
+    kv.put(b"a", b"1")
+    first = kv.seal()
+    kv.put(b"a", b"2")  # the next transaction's
+    kv.put(b"b", b"2")
+    assert rocks.get(b"a") is None and rocks.get(COMMITTED_KEY) is None
+    kv.committed([first], 7)
+    assert rocks.get(b"a") == b"1" and rocks.get(b"b") is None
+    assert (rocks.get(COMMITTED_KEY), rocks.get(COMMITTED_AT_KEY)) == (b"7", b"1234.5")
+    assert kv.get(b"a") == b"2" and kv.get(b"b") == b"2"  # still pending: the newer values
+    with pytest.raises(RuntimeError):
+        kv.committed([{}], 8)  # not a sealed generation
+
+
+async def test_the_writer_writes_the_store_once_its_transaction_committed(rocks: RocksKV) -> None:
+    rec = Recorder()
+    writer = PartitionWriter(rec, "state", 3, applied=1)
+    writer.generations = kv = Pending(rocks)
+    await writer.start()
+    rec.hold.set()
+    kv.put(b"k1", b"v1")
+    writer.write("state", b"v1", b"k1", 3)
+    writer.write("jobs", b"job", b"host")
+    writer.commit()
+    await until(lambda: writer._committing is not None)
+    kv.put(b"k2", b"v2")  # during the commit: the next transaction's
+    writer.write("state", b"v2", b"k2", 3)
+    writer.commit()
+    assert rocks.get(b"k1") is None and kv.get(b"k1") == b"v1"
+    rec.hold.clear()
+    await until(lambda: rocks.get(b"k2") is not None)
+    assert rocks.get(b"k1") == b"v1" and rocks.get(COMMITTED_KEY) == b"4" == str(writer.applied).encode()
+    assert await writer.close() == 4 and kv._view == {}
+
+
+async def test_a_failed_commit_writes_nothing_to_the_store(rocks: RocksKV) -> None:
+    failures: list[WriteFailed] = []
+    writer = PartitionWriter(Fenced(), "state", 2, applied=10, on_failure=failures.append)
+    writer.generations = kv = Pending(rocks)
+    await writer.start()
+    kv.put(b"k", b"zombie")
+    writer.write("state", b"zombie", b"k", 2)
+    writer.commit()
+    await until(lambda: failures)
+    assert await writer.close() is None
+    assert rocks.get(b"k") is None and rocks.get(COMMITTED_KEY) is None
+    assert list(rocks.scan(b"")) == []
