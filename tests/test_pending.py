@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from frontier.core.kv import MemoryKV
+from frontier.core.kv import CursorClosed, MemoryKV
 from frontier.partition.keys import COMMITTED_AT_KEY, COMMITTED_KEY
 from frontier.service.pending import Pending
 from frontier.service.rocks import RocksKV
@@ -71,6 +71,15 @@ def test_a_cursor_sees_the_store_as_it_was_when_made(rocks: RocksKV) -> None:
     assert cursor.next() == (b"k5", b"r")
     assert cursor.next() is None
     cursor.close()
+
+
+def test_closing_the_store_closes_its_cursors(tmp_path: Path) -> None:
+    kv = Pending(RocksKV(tmp_path / "p0"))
+    kv.put(b"k1", b"p")
+    cursor = kv.cursor(b"k")
+    kv.close()
+    with pytest.raises(CursorClosed):
+        cursor.next()
 
 
 def test_a_cursor_seek_keeps_the_entry_it_read_ahead(rocks: RocksKV) -> None:

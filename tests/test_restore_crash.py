@@ -19,7 +19,7 @@ from frontier.partition.keys import COMMITTED_KEY
 from frontier.service.pending import Pending
 from frontier.service.restore import LocalCopy, local_copy, open_partition
 from frontier.service.rocks import RocksKV
-from tests.test_state import DAY, LEASE, PAUSE, QUEUED, T, FakeChangelog
+from tests.test_state import DAY, LEASE, PAUSE, QUEUED, FakeChangelog, T
 
 
 def crashed_store(path: Path) -> None:
@@ -80,15 +80,19 @@ def test_a_store_without_any_marker_is_rebuilt(tmp_path: Path, monkeypatch: pyte
 
 def killed(script: str, path: Path) -> None:
     """Run ``script`` (``kv``: a RocksKV at ``path``) in a process that is then killed (SIGKILL)."""
-    code = textwrap.dedent(
-        """
+    code = (
+        textwrap.dedent(
+            """
         import os, signal, sys
         from pathlib import Path
         from frontier.service.pending import Pending
         from frontier.service.rocks import RocksKV
         kv = RocksKV(Path(sys.argv[1]))
         """
-    ) + textwrap.dedent(script) + "\nos.kill(os.getpid(), signal.SIGKILL)\n"
+        )
+        + textwrap.dedent(script)
+        + "\nos.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     done = subprocess.run([sys.executable, "-c", code, str(path)], env=env, capture_output=True, timeout=120)
     assert done.returncode == -9, done.stderr.decode()

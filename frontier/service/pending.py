@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import time
+import weakref
 from collections.abc import Callable, Iterator
 
 from frontier.core.kv import Cursor, CursorClosed
@@ -101,6 +102,7 @@ class Pending:
         self._sealed: list[Generation] = []  # in transactions not committed yet, oldest first
         self._view: Generation = {}  # every pending key's newest value (None: deleted)
         self._keys: list[bytes] = []  # the keys of ``_view``, sorted
+        self._cursors: weakref.WeakSet[PendingCursor] = weakref.WeakSet()  # closed with the store
 
     # -- the writer's hook ------------------------------------------------------------------------
     def seal(self) -> Generation:
@@ -209,8 +211,12 @@ class Pending:
                 yield pkey, pvalue
 
     def cursor(self, prefix: bytes, after: bytes = b"") -> Cursor:
-        return PendingCursor(self.rocks.cursor(prefix, after), self._pending(prefix, after), after)
+        cursor = PendingCursor(self.rocks.cursor(prefix, after), self._pending(prefix, after), after)
+        self._cursors.add(cursor)
+        return cursor
 
     def close(self) -> None:
-        """Close the RocksDB under it (what was not committed is dropped)."""
+        """Close the RocksDB under it, and the cursors (what was not committed is dropped)."""
+        for cursor in list(self._cursors):
+            cursor.close()
         self.rocks.close()
