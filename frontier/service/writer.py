@@ -14,7 +14,8 @@ thread of its own, about a round trip) closes them; the callbacks registered for
 input events, report leases) run once it committed. Records written while a commit is in flight
 wait for the next transaction. The last record of each transaction is a marker on the changelog
 partition (``ACK_KEY``, a tombstone never stored) whose offset tells how far the store is in the
-changelog: the offset a clean close records (``applied``).
+changelog: the offset a clean close records (``applied``). The store's own writes of a transaction
+(``generations``, :mod:`frontier.service.pending`) reach RocksDB with that offset once it committed.
 
 The changelog records of one transaction are coalesced: only the last value written to a key goes
 (a host's state written by a result and again by its next job's send is one record). A transaction
