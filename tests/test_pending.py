@@ -5,6 +5,7 @@ batch with its changelog marker, and never when the commit failed (fenced)."""
 
 from __future__ import annotations
 
+import bisect
 import random
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from frontier.core.kv import CursorClosed, MemoryKV
 from frontier.partition.keys import COMMITTED_AT_KEY, COMMITTED_KEY
+from frontier.service import pending
 from frontier.service.pending import Pending
 from frontier.service.rocks import RocksKV
 from frontier.service.writer import PartitionWriter, WriteFailed
@@ -94,9 +96,29 @@ def test_a_cursor_seek_keeps_the_entry_it_read_ahead(rocks: RocksKV) -> None:
     assert cursor.next() is None
 
 
+@pytest.mark.parametrize("chunk", [2, 256])
+def test_the_sorted_keys_in_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) -> None:
+    monkeypatch.setattr(pending, "CHUNK", chunk)
+    rng = random.Random(chunk)
+    index, model = pending.SortedKeys(), []
+    for _ in range(300):
+        key = b"%d" % rng.randrange(10_000)
+        if key not in model:
+            index.add(key)
+            bisect.insort(model, key)
+        probe = b"%d" % rng.randrange(10_000)
+        assert list(index.since(probe)) == [k for k in model if k >= probe]
+        assert list(index.since(probe, after=True)) == [k for k in model if k > probe]
+    index.keep({k: None for k in model[::3]})
+    assert list(index.since(b"")) == model[::3]
+
+
 @pytest.mark.parametrize("seed", range(6))
-def test_the_layer_reads_as_a_plain_store_through_seals_and_commits(rocks: RocksKV, seed: int) -> None:
+def test_the_layer_reads_as_a_plain_store_through_seals_and_commits(
+    rocks: RocksKV, seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Random writes, seals and commits: every read equals an in-memory store given the same writes."""
+    monkeypatch.setattr(pending, "CHUNK", 2 if seed % 2 else 256)  # many chunks, and one
     rng = random.Random(seed)
     model, kv = MemoryKV(), Pending(rocks)
     keys = [b"k" + bytes((p,)) + b"%d" % n for p in b"abc" for n in range(12)]
@@ -138,7 +160,7 @@ def test_the_layer_reads_as_a_plain_store_through_seals_and_commits(rocks: Rocks
     kv.committed(sealed, 999)
     kv.committed([kv.seal()], 1000)
     assert list(rocks.scan(b"k")) == list(model.scan(b"k"))
-    assert kv._view == {} and kv._keys == []
+    assert kv._view == {} and not kv._keys
 
 
 def test_a_generation_is_written_only_with_its_commit_and_marker(rocks: RocksKV) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 
 from frontier.core.kv import Cursor, CursorClosed
 from frontier.partition.keys import COMMITTED_AT_KEY, COMMITTED_KEY
-from frontier.service.rocks import RocksKV, prefix_end
+from frontier.service.rocks import RocksKV
 
 Generation = dict[bytes, bytes | None]
 
@@ -34,6 +34,58 @@ Generation = dict[bytes, bytes | None]
 def encode_time(t: float) -> bytes:
     """A wall-clock time as a marker stores it."""
     return repr(float(t)).encode()
+
+
+CHUNK = 256  # keys per chunk of the sorted index (split at twice that): an insert moves at most a chunk
+
+
+class SortedKeys:
+    """The pending keys in order, in chunks: an insert costs a bisection and the move of one
+    chunk's tail, not of every key after it (a flat list of 20,000 keys: 80 KB moved per insert)."""
+
+    def __init__(self) -> None:
+        self._chunks: list[list[bytes]] = []
+        self._maxes: list[bytes] = []  # each chunk's last key
+
+    def __bool__(self) -> bool:
+        return bool(self._maxes)
+
+    def add(self, key: bytes) -> None:
+        """Insert ``key`` (not in the index yet)."""
+        chunks, maxes = self._chunks, self._maxes
+        i = bisect.bisect_left(maxes, key)
+        if i == len(maxes):
+            if not maxes:
+                chunks.append([key])
+                maxes.append(key)
+                return
+            i -= 1
+            chunk = chunks[i]
+            chunk.append(key)
+            maxes[i] = key
+        else:
+            chunk = chunks[i]
+            bisect.insort(chunk, key)
+        if len(chunk) > 2 * CHUNK:
+            chunks[i : i + 1] = [chunk[:CHUNK], chunk[CHUNK:]]
+            maxes[i : i + 1] = [chunk[CHUNK - 1], chunk[-1]]
+
+    def since(self, key: bytes, after: bool = False) -> Iterator[bytes]:
+        """The keys from ``key`` on (after it, when ``after``), in order."""
+        find = bisect.bisect_right if after else bisect.bisect_left
+        chunks = self._chunks
+        i = find(self._maxes, key)
+        if i < len(chunks):
+            chunk = chunks[i]
+            yield from chunk[find(chunk, key) :]
+            for m in range(i + 1, len(chunks)):
+                yield from chunks[m]
+
+    def keep(self, keys: Generation) -> None:
+        """Drop the keys not in ``keys``."""
+        kept = [k for chunk in self._chunks for k in chunk if k in keys]
+        self._chunks = [kept[i : i + CHUNK] for i in range(0, len(kept), CHUNK)]
+        self._maxes = [chunk[-1] for chunk in self._chunks]
 
 
 class PendingCursor:
@@ -101,7 +153,7 @@ class Pending:
         self._open: Generation = {}  # written since the last seal
         self._sealed: list[Generation] = []  # in transactions not committed yet, oldest first
         self._view: Generation = {}  # every pending key's newest value (None: deleted)
-        self._keys: list[bytes] = []  # the keys of ``_view``, sorted
+        self._keys = SortedKeys()  # the keys of ``_view``
         self._cursors: weakref.WeakSet[PendingCursor] = weakref.WeakSet()  # closed with the store
 
     # -- the writer's hook ------------------------------------------------------------------------
@@ -124,15 +176,20 @@ class Pending:
         batch += ((COMMITTED_KEY, str(offset).encode()), (COMMITTED_AT_KEY, encode_time(stamp)))
         self.rocks.write_many(batch, logged=True)
         del self._sealed[:n]
-        view, newer = self._view, [*self._sealed, self._open]
-        dropped = False
-        for gen in gens:
-            for key in gen:
-                if key in view and not any(key in g for g in newer):
-                    del view[key]
-                    dropped = True
-        if dropped:
-            self._keys = [k for k in self._keys if k in view]
+        view, newer, size = self._view, [*self._sealed, self._open], len(self._view)
+        if len(newer) == 1:  # (the common case: the next transaction is not sealed yet)
+            latest = self._open
+            for gen in gens:
+                for key in gen:
+                    if key not in latest:
+                        view.pop(key, None)
+        else:
+            for gen in gens:
+                for key in gen:
+                    if not any(key in g for g in newer):
+                        view.pop(key, None)
+        if len(view) != size:
+            self._keys.keep(view)
 
     # -- the KV contract --------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
@@ -144,40 +201,41 @@ class Pending:
     def put(self, key: bytes, value: bytes) -> None:
         view = self._view
         if key not in view:
-            bisect.insort(self._keys, key)
+            self._keys.add(key)
         view[key] = value
         self._open[key] = value
 
     def delete(self, key: bytes) -> None:
         view = self._view
         if key not in view:
-            bisect.insort(self._keys, key)
+            self._keys.add(key)
         view[key] = None
         self._open[key] = None
 
     def _pending(self, prefix: bytes, after: bytes) -> list[tuple[bytes, bytes | None]]:
         """The pending entries under ``prefix`` after ``after`` (tombstones too), in key order."""
-        keys = self._keys
-        if not keys:
+        if not self._keys:
             return []
-        i = bisect.bisect_right(keys, after) if after >= prefix else bisect.bisect_left(keys, prefix)
-        end = prefix_end(prefix)
-        j = len(keys) if end is None else bisect.bisect_left(keys, end, i)
-        view = self._view
-        return [(k, view[k]) for k in keys[i:j]]
+        keys = self._keys.since(after, True) if after >= prefix else self._keys.since(prefix)
+        view, out = self._view, []
+        for k in keys:
+            if not k.startswith(prefix):
+                break
+            out.append((k, view[k]))
+        return out
 
     def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:
-        keys = self._keys
-        i = bisect.bisect_left(keys, prefix)
-        if i == len(keys) or not keys[i].startswith(prefix):
+        keys = self._keys.since(prefix)
+        k = next(keys, None)
+        if k is None or not k.startswith(prefix):
             return self.rocks.first(prefix)  # nothing pending under the prefix
-        view, n = self._view, len(keys)
+        view = self._view
         live = None  # the first pending key under the prefix with a value
-        while i < n and (k := keys[i]).startswith(prefix):
+        while k is not None and k.startswith(prefix):
             if view[k] is not None:
                 live = k
                 break
-            i += 1
+            k = next(keys, None)
         for key, value in self.rocks.scan(prefix):
             if live is not None and live <= key:
                 break
