@@ -121,8 +121,8 @@ def test_the_layer_reads_as_a_plain_store_through_seals_and_commits(
     monkeypatch.setattr(pending, "CHUNK", 2 if seed % 2 else 256)  # many chunks, and one
     rng = random.Random(seed)
     model, kv = MemoryKV(), Pending(rocks)
-    keys = [b"k" + bytes((p,)) + b"%d" % n for p in b"abc" for n in range(12)]
-    prefixes = [b"k", b"ka", b"kb", b"kc", b"kb1"]
+    keys = [bytes((p,)) + bytes((q,)) + b"%d" % n for p in b"kl" for q in b"abc" for n in range(6)]
+    prefixes = [b"k", b"l", b"ka", b"kb", b"lc", b"kb1"]
     for key in keys[::3]:  # some already in RocksDB
         rocks.put(key, b"r" + key)
         model.put(key, b"r" + key)
@@ -159,7 +159,7 @@ def test_the_layer_reads_as_a_plain_store_through_seals_and_commits(
             assert ours.next() == theirs.next()
     kv.committed(sealed, 999)
     kv.committed([kv.seal()], 1000)
-    assert list(rocks.scan(b"k")) == list(model.scan(b"k"))
+    assert list(rocks.scan(b"k")) + list(rocks.scan(b"l")) == list(model.scan(b"k")) + list(model.scan(b"l"))
     assert kv._view == {} and not kv._keys
 
 

@@ -153,7 +153,8 @@ class Pending:
         self._open: Generation = {}  # written since the last seal
         self._sealed: list[Generation] = []  # in transactions not committed yet, oldest first
         self._view: Generation = {}  # every pending key's newest value (None: deleted)
-        self._keys = SortedKeys()  # the keys of ``_view``
+        self._keys = SortedKeys()  # the keys of ``_view`` read in order since they were written...
+        self._fresh: dict[bytes, list[bytes]] = {}  # ...and the others, by first byte: ordered when read
         self._cursors: weakref.WeakSet[PendingCursor] = weakref.WeakSet()  # closed with the store
 
     # -- the writer's hook ------------------------------------------------------------------------
@@ -190,6 +191,8 @@ class Pending:
                         view.pop(key, None)
         if len(view) != size:
             self._keys.keep(view)
+            for first, keys in self._fresh.items():
+                self._fresh[first] = [k for k in keys if k in view]
 
     # -- the KV contract --------------------------------------------------------------------------
     def get(self, key: bytes) -> bytes | None:
@@ -198,22 +201,46 @@ class Pending:
             return view[key]
         return self.rocks.get(key)
 
+    def _new(self, key: bytes) -> None:
+        fresh = self._fresh.get(first := key[:1])
+        if fresh is None:
+            self._fresh[first] = [key]
+        else:
+            fresh.append(key)
+
     def put(self, key: bytes, value: bytes) -> None:
         view = self._view
         if key not in view:
-            self._keys.add(key)
+            self._new(key)
         view[key] = value
         self._open[key] = value
 
     def delete(self, key: bytes) -> None:
         view = self._view
         if key not in view:
-            self._keys.add(key)
+            self._new(key)
         view[key] = None
         self._open[key] = None
 
+    def _ordered(self, prefix: bytes) -> None:
+        """Put the pending keys that may start with ``prefix`` in order (most keys written, e.g. a
+        URL's seen mark, are never read in order before their transaction committed)."""
+        fresh = self._fresh
+        if not fresh:
+            return
+        if prefix:
+            batches = [fresh.pop(prefix[:1])] if prefix[:1] in fresh else []
+        else:
+            batches = list(fresh.values())
+            fresh.clear()
+        add = self._keys.add
+        for keys in batches:
+            for key in sorted(keys):
+                add(key)
+
     def _pending(self, prefix: bytes, after: bytes) -> list[tuple[bytes, bytes | None]]:
         """The pending entries under ``prefix`` after ``after`` (tombstones too), in key order."""
+        self._ordered(prefix)
         if not self._keys:
             return []
         keys = self._keys.since(after, True) if after >= prefix else self._keys.since(prefix)
@@ -225,6 +252,7 @@ class Pending:
         return out
 
     def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:
+        self._ordered(prefix)
         keys = self._keys.since(prefix)
         k = next(keys, None)
         if k is None or not k.startswith(prefix):
