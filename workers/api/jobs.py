@@ -117,6 +117,7 @@ class Jobs:
         self.failure: BaseException | None = None  # the consumer's, if it failed (raised by serve())
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready: asyncio.Queue[LeasedJob] | None = None
+        self._woken: asyncio.Event | None = None  # set by stop(): what serve() waits for
         self._closing = False
         self._poller: asyncio.Task[None] | None = None
         self._builtin: AiohttpFetcher | None = None  # the built-in fetcher, when internal kinds needed it
@@ -127,6 +128,7 @@ class Jobs:
         if self._loop is None:
             self._loop = self.consuming.loop = asyncio.get_running_loop()
             self._ready = asyncio.Queue()
+            self._woken = asyncio.Event()
 
     async def __aenter__(self) -> Jobs:
         await self.start()
@@ -138,6 +140,12 @@ class Jobs:
     def stop(self) -> None:
         """Stop taking jobs (thread-safe; also from a signal handler); ``close()`` finishes."""
         self._stop.set()
+        loop, woken = self._loop, self._woken
+        if loop is not None and woken is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(woken.set)  # serve() returns at once
+            except RuntimeError:  # the loop closed meanwhile: nobody serves
+                pass
 
     @property
     def stopped(self) -> bool:
@@ -213,9 +221,19 @@ class Jobs:
         self.handler = handler
         async with self:
             while not self._stop.is_set() and self._poller is not None and not self._poller.done():
-                await self.clock.sleep(0.1)
+                await self._stopped_or(self._poller)
         if self.failure is not None:
             raise RuntimeError("the worker's consumer failed") from self.failure
+
+    async def _stopped_or(self, poller: asyncio.Task[None]) -> None:
+        """Until :meth:`stop` or the poller's end (a second at most: then looked at again). Not a
+        sleep of a tenth of a second in a loop: ten wake-ups a second of an idle worker."""
+        assert self._woken is not None
+        woken = asyncio.ensure_future(self._woken.wait())
+        try:
+            await asyncio.wait((poller, woken), timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
 
     def __aiter__(self) -> Jobs:
         return self
