@@ -13,6 +13,7 @@ import pytest
 from tests.fakes import FakeConsumer, FakeProducer
 from tests.test_worker_jobs import make_worker
 from workers.api.caller import Caller
+from workers.api.consuming import IDLE_POLL_WAIT, POLL_WAIT
 
 
 async def test_calls_run_in_order_on_one_thread_and_return_or_raise() -> None:
@@ -45,9 +46,11 @@ class PollingConsumer(FakeConsumer):
         super().__init__()
         self.threads: set[str] = set()
         self.polls = threading.Event()
+        self.timeouts: list[float] = []
 
     def poll(self, timeout: float) -> None:
         self.threads.add(threading.current_thread().name)
+        self.timeouts.append(timeout)
         self.polls.set()
         threading.Event().wait(min(timeout, 0.01))
 
@@ -99,3 +102,22 @@ async def test_serve_waits_for_the_stop_without_looking_again_and_again(monkeypa
     threading.Thread(target=jobs.stop).start()
     await asyncio.wait_for(serving, 0.5)
     assert sleeps == []
+
+
+async def test_an_idle_consumer_loop_polls_longer_than_one_with_jobs_in_hand() -> None:
+    """No job in hand, no done mark waiting: nothing needs the loop before a job comes (which ends
+    the poll at once), so it polls a quarter of a second; with a job in hand, a twentieth (its
+    done mark is committed between two polls)."""
+    jobs = make_worker(FakeProducer()).jobs
+    consumer = PollingConsumer()
+    jobs.consuming.consumer = consumer
+    poller = asyncio.ensure_future(jobs.consuming.run(consumer))  # type: ignore[arg-type]
+    await asyncio.to_thread(consumer.polls.wait, 5)
+    jobs.tracker.started("crawl.jobs", 0, 7)
+    deadline = asyncio.get_running_loop().time() + 5
+    while consumer.timeouts[-1] != POLL_WAIT and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    jobs.stop()
+    jobs.consuming.finishing.set()
+    await asyncio.wait_for(poller, 5)
+    assert consumer.timeouts[0] == IDLE_POLL_WAIT == 0.25 and consumer.timeouts[-1] == POLL_WAIT == 0.05

@@ -37,6 +37,8 @@ MARK_PATIENCE = 15.0
 CONFIRM_WAIT = 30.0  # seconds a held job waits for the group to confirm its partition after a stall
 
 GATE_PRUNE_EVERY = 60.0  # seconds between two sweeps of idle gates
+POLL_WAIT = 0.05  # seconds a poll waits for a job while jobs are in hand (their done marks wait for it)
+IDLE_POLL_WAIT = 0.25  # ... while none is (a stop waits for it too)
 
 
 class JobConsumer:
@@ -119,8 +121,12 @@ class JobConsumer:
         last_commit = last_lag = last_prune = clock.monotonic()
         cap = self.concurrency * 4
         while not self.stopping.is_set():
-            want = cap - self.tracker.open_count()
-            msgs: list[Message] = await self.caller.call(_take, consumer, want) if want > 0 else []
+            held = self.tracker.open_count()
+            want = cap - held
+            # no job in hand and no mark waiting: nothing can ask for a commit before a job comes,
+            # and a job ends the poll at once (an idle worker turns 4 times a second, not 20)
+            wait = POLL_WAIT if held or self.marks else IDLE_POLL_WAIT
+            msgs: list[Message] = await self.caller.call(_take, consumer, want, wait) if want > 0 else []
             if want <= 0:
                 await clock.sleep(0.02)
             for msg in msgs:
@@ -370,13 +376,13 @@ def sync_commit(consumer: Consumer, points: list[TopicPartition]) -> tuple[objec
     return (errors[0] if errors else None), lost
 
 
-def _take(consumer: Consumer, most: int) -> list[Message]:
-    """Wait up to 0.05 s for the first job (reports finished meanwhile are committed after it),
-    then take whatever else is already there without waiting.
+def _take(consumer: Consumer, most: int, wait: float = POLL_WAIT) -> list[Message]:
+    """Wait up to ``wait`` seconds for the first job (reports finished meanwhile are committed
+    after it), then take whatever else is already there without waiting.
 
     (``consume(n, timeout)`` alone would hold a lone job until ``n`` arrive or the timeout ends.)
     """
-    first = consumer.poll(0.05)
+    first = consumer.poll(wait)
     if first is None:
         return []
     if most <= 1:
