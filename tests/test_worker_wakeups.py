@@ -14,6 +14,7 @@ from tests.fakes import FakeConsumer, FakeProducer
 from tests.test_worker_jobs import make_worker
 from workers.api.caller import Caller
 from workers.api.consuming import IDLE_POLL_WAIT, POLL_WAIT
+from workers.api.jobs import PRODUCER_POLL_WAIT
 
 
 async def test_calls_run_in_order_on_one_thread_and_return_or_raise() -> None:
@@ -121,3 +122,36 @@ async def test_an_idle_consumer_loop_polls_longer_than_one_with_jobs_in_hand() -
     jobs.consuming.finishing.set()
     await asyncio.wait_for(poller, 5)
     assert consumer.timeouts[0] == IDLE_POLL_WAIT == 0.25 and consumer.timeouts[-1] == POLL_WAIT == 0.05
+
+
+class PollCountingProducer:
+    """A confluent-kafka producer as far as the poll thread sees it: the waits it was asked."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self.polled = threading.Event()
+
+    def poll(self, timeout: float) -> int:
+        self.waits.append(timeout)
+        self.polled.set()
+        threading.Event().wait(0.01)
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+async def test_the_workers_producer_thread_waits_a_quarter_second_for_a_delivery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(It waited a twentieth: twenty wake-ups a second of an idle worker; a delivery ends the
+    wait at once either way.)"""
+    jobs = make_worker(FakeProducer()).jobs
+    producer = PollCountingProducer()
+    monkeypatch.setattr(jobs.kafka, "producer", lambda **_: producer)
+    monkeypatch.setattr(jobs.kafka, "consumer", lambda *_, **__: PollingConsumer())
+    monkeypatch.setattr(jobs.consuming, "start", lambda *_: None)
+    await jobs.start()
+    await asyncio.to_thread(producer.polled.wait, 5)
+    await asyncio.to_thread(jobs.reporter.publisher.producer.close)
+    assert producer.waits and set(producer.waits) == {PRODUCER_POLL_WAIT} and PRODUCER_POLL_WAIT == 0.25

@@ -43,7 +43,7 @@ from frontier.config import Config
 from frontier.core.robots import MAX_ROBOTS_BYTES, agent_token
 from topics.admin import create_crawl_jobs
 from topics.catalog import workers_group
-from topics.kafka import Kafka, coordinates
+from topics.kafka import AsyncProducer, Kafka, coordinates
 from topics.schemas import DEFAULT_CRAWL, Job, SchemaError, decode, valid_crawl
 from workers.api.addresses import AddressCheck, say_blocked
 from workers.api.builtin import AiohttpFetcher
@@ -60,6 +60,7 @@ from workers.api.reporting import Reporter
 
 log = logging.getLogger("worker")
 
+PRODUCER_POLL_WAIT = 0.25  # seconds the producer's thread waits for a delivery (one ends it at once)
 InternalFetcher = Callable[[LeasedJob], Awaitable[Outcome]]
 Handler = Callable[[LeasedJob], Awaitable[Outcome | None]]
 
@@ -156,7 +157,9 @@ class Jobs:
         topic = self.topics.jobs_of(self.crawl)
         if topic != self.topics.jobs:  # a crawl's jobs topic is made when the crawl first appears, by either side
             await asyncio.to_thread(create_crawl_jobs, self.kafka, self.topics, [self.crawl])
-        self.reporter.publisher = Publisher(self.kafka.async_producer(self._loop), self.topics, self.clock)
+        # (its poll thread wakes 4 times a second, not 20, when no delivery comes: issue 39)
+        producer = AsyncProducer(self.kafka.producer(), self._loop, poll_wait=PRODUCER_POLL_WAIT)
+        self.reporter.publisher = Publisher(producer, self.topics, self.clock)
         consumer = self.kafka.consumer(
             workers_group(self.cfg.frontier.app_id, self.crawl),
             **{
