@@ -222,11 +222,16 @@ class DeliveryError(RuntimeError):
 
 
 class AsyncProducer:
-    """A confluent-kafka producer (from :meth:`Kafka.producer`) usable from asyncio code."""
+    """A confluent-kafka producer (from :meth:`Kafka.producer`) usable from asyncio code.
+    ``poll_wait``: seconds its thread's poll waits when no delivery comes (a delivery ends it at
+    once; :meth:`close` may wait as long for the thread)."""
 
-    def __init__(self, producer: Producer, loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self, producer: Producer, loop: asyncio.AbstractEventLoop | None = None, poll_wait: float = 0.05
+    ) -> None:
         self._producer = producer
         self._loop = loop or asyncio.get_running_loop()
+        self._poll_wait = poll_wait
         self._closed = threading.Event()
         self._errors: list[str] = []
         self._thread = threading.Thread(target=self._poll_loop, name="producer-poll", daemon=True)
@@ -234,7 +239,7 @@ class AsyncProducer:
 
     def _poll_loop(self) -> None:
         while not self._closed.is_set():
-            self._producer.poll(0.05)
+            self._producer.poll(self._poll_wait)
 
     def _produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None, cb: Any) -> None:
         produce(self._producer, topic, value, key, partition, cb)

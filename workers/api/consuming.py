@@ -16,6 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from topics.kafka import coordinates
+from workers.api.caller import Caller
 from workers.api.clock import Clock
 from workers.api.leased import LeasedJob
 from workers.api.membership import Membership
@@ -36,6 +37,8 @@ MARK_PATIENCE = 15.0
 CONFIRM_WAIT = 30.0  # seconds a held job waits for the group to confirm its partition after a stall
 
 GATE_PRUNE_EVERY = 60.0  # seconds between two sweeps of idle gates
+POLL_WAIT = 0.05  # seconds a poll waits for a job while jobs are in hand (their done marks wait for it)
+IDLE_POLL_WAIT = 0.25  # ... while none is (a stop waits for it too)
 
 
 class JobConsumer:
@@ -79,6 +82,7 @@ class JobConsumer:
         self.held: set[asyncio.Task[None]] = set()  # tasks waiting for a job's slot
         self.skipped_reported = 0  # re-delivered jobs a previous owner had reported (not fetched again)
         self.finishing = threading.Event()  # set by the close: it commits the done marks from now on
+        self.caller = Caller()  # the loop's polls and commits, on a thread of their own (not to_thread's)
 
     def start(self, consumer: Consumer, topic: str) -> asyncio.Task[None]:
         """Join the group on ``topic`` with ``consumer``; the loop that takes jobs, in a task."""
@@ -99,23 +103,30 @@ class JobConsumer:
         return task
 
     async def run(self, consumer: Consumer) -> None:
-        await self._take_jobs(consumer)
-        # Stopped, not closed yet: no job is taken any more, but the jobs in hand may still report (a
-        # request on its way when the worker was told to stop: a Scrapy spider's close waits for it,
-        # then for its report, before it closes the worker): their done marks are committed here
-        # until the close, which commits them itself, begins
-        while not self.finishing.is_set():
-            if self.marks:
-                await asyncio.to_thread(self.commit_marks, consumer)
-            await self.clock.sleep(0.05)
+        try:
+            await self._take_jobs(consumer)
+            # Stopped, not closed yet: no job is taken any more, but the jobs in hand may still report
+            # (a request on its way when the worker was told to stop: a Scrapy spider's close waits for
+            # it, then for its report, before it closes the worker): their done marks are committed
+            # here until the close, which commits them itself, begins
+            while not self.finishing.is_set():
+                if self.marks:
+                    await self.caller.call(self.commit_marks, consumer)
+                await self.clock.sleep(0.05)
+        finally:
+            self.caller.close()
 
     async def _take_jobs(self, consumer: Consumer) -> None:
         clock = self.clock
         last_commit = last_lag = last_prune = clock.monotonic()
         cap = self.concurrency * 4
         while not self.stopping.is_set():
-            want = cap - self.tracker.open_count()
-            msgs: list[Message] = await asyncio.to_thread(_take, consumer, want) if want > 0 else []
+            held = self.tracker.open_count()
+            want = cap - held
+            # no job in hand and no mark waiting: nothing can ask for a commit before a job comes,
+            # and a job ends the poll at once (an idle worker turns 4 times a second, not 20)
+            wait = POLL_WAIT if held or self.marks else IDLE_POLL_WAIT
+            msgs: list[Message] = await self.caller.call(_take, consumer, want, wait) if want > 0 else []
             if want <= 0:
                 await clock.sleep(0.02)
             for msg in msgs:
@@ -130,7 +141,7 @@ class JobConsumer:
                 await asyncio.to_thread(self.confirm, consumer)
             if self.marks:  # jobs about to report: their done marks first (between polls, on this loop)
                 last_commit = clock.monotonic()
-                await asyncio.to_thread(self.commit_marks, consumer)
+                await self.caller.call(self.commit_marks, consumer)
             elif clock.monotonic() - last_commit > 1.0:
                 last_commit = clock.monotonic()
                 self._commit(consumer)
@@ -365,13 +376,13 @@ def sync_commit(consumer: Consumer, points: list[TopicPartition]) -> tuple[objec
     return (errors[0] if errors else None), lost
 
 
-def _take(consumer: Consumer, most: int) -> list[Message]:
-    """Wait up to 0.05 s for the first job (reports finished meanwhile are committed after it),
-    then take whatever else is already there without waiting.
+def _take(consumer: Consumer, most: int, wait: float = POLL_WAIT) -> list[Message]:
+    """Wait up to ``wait`` seconds for the first job (reports finished meanwhile are committed
+    after it), then take whatever else is already there without waiting.
 
     (``consume(n, timeout)`` alone would hold a lone job until ``n`` arrive or the timeout ends.)
     """
-    first = consumer.poll(0.05)
+    first = consumer.poll(wait)
     if first is None:
         return []
     if most <= 1:

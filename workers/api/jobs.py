@@ -43,7 +43,7 @@ from frontier.config import Config
 from frontier.core.robots import MAX_ROBOTS_BYTES, agent_token
 from topics.admin import create_crawl_jobs
 from topics.catalog import workers_group
-from topics.kafka import Kafka, coordinates
+from topics.kafka import AsyncProducer, Kafka, coordinates
 from topics.schemas import DEFAULT_CRAWL, Job, SchemaError, decode, valid_crawl
 from workers.api.addresses import AddressCheck, say_blocked
 from workers.api.builtin import AiohttpFetcher
@@ -60,6 +60,7 @@ from workers.api.reporting import Reporter
 
 log = logging.getLogger("worker")
 
+PRODUCER_POLL_WAIT = 0.25  # seconds the producer's thread waits for a delivery (one ends it at once)
 InternalFetcher = Callable[[LeasedJob], Awaitable[Outcome]]
 Handler = Callable[[LeasedJob], Awaitable[Outcome | None]]
 
@@ -117,6 +118,7 @@ class Jobs:
         self.failure: BaseException | None = None  # the consumer's, if it failed (raised by serve())
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready: asyncio.Queue[LeasedJob] | None = None
+        self._woken: asyncio.Event | None = None  # set by stop(): what serve() waits for
         self._closing = False
         self._poller: asyncio.Task[None] | None = None
         self._builtin: AiohttpFetcher | None = None  # the built-in fetcher, when internal kinds needed it
@@ -127,6 +129,7 @@ class Jobs:
         if self._loop is None:
             self._loop = self.consuming.loop = asyncio.get_running_loop()
             self._ready = asyncio.Queue()
+            self._woken = asyncio.Event()
 
     async def __aenter__(self) -> Jobs:
         await self.start()
@@ -138,6 +141,12 @@ class Jobs:
     def stop(self) -> None:
         """Stop taking jobs (thread-safe; also from a signal handler); ``close()`` finishes."""
         self._stop.set()
+        loop, woken = self._loop, self._woken
+        if loop is not None and woken is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(woken.set)  # serve() returns at once
+            except RuntimeError:  # the loop closed meanwhile: nobody serves
+                pass
 
     @property
     def stopped(self) -> bool:
@@ -148,7 +157,9 @@ class Jobs:
         topic = self.topics.jobs_of(self.crawl)
         if topic != self.topics.jobs:  # a crawl's jobs topic is made when the crawl first appears, by either side
             await asyncio.to_thread(create_crawl_jobs, self.kafka, self.topics, [self.crawl])
-        self.reporter.publisher = Publisher(self.kafka.async_producer(self._loop), self.topics, self.clock)
+        # (its poll thread wakes 4 times a second, not 20, when no delivery comes: issue 39)
+        producer = AsyncProducer(self.kafka.producer(), self._loop, poll_wait=PRODUCER_POLL_WAIT)
+        self.reporter.publisher = Publisher(producer, self.topics, self.clock)
         consumer = self.kafka.consumer(
             workers_group(self.cfg.frontier.app_id, self.crawl),
             **{
@@ -213,9 +224,19 @@ class Jobs:
         self.handler = handler
         async with self:
             while not self._stop.is_set() and self._poller is not None and not self._poller.done():
-                await self.clock.sleep(0.1)
+                await self._stopped_or(self._poller)
         if self.failure is not None:
             raise RuntimeError("the worker's consumer failed") from self.failure
+
+    async def _stopped_or(self, poller: asyncio.Task[None]) -> None:
+        """Until :meth:`stop` or the poller's end (a second at most: then looked at again). Not a
+        sleep of a tenth of a second in a loop: ten wake-ups a second of an idle worker."""
+        assert self._woken is not None
+        woken = asyncio.ensure_future(self._woken.wait())
+        try:
+            await asyncio.wait((poller, woken), timeout=1.0, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            woken.cancel()
 
     def __aiter__(self) -> Jobs:
         return self

@@ -1,0 +1,157 @@
+"""An idle worker wakes up as little as it can: the consumer loop's polls and commits run on a
+thread of their own (:class:`~workers.api.caller.Caller`, not ``asyncio.to_thread``'s executor),
+and ``serve()`` waits for the stop or the consumer's end rather than looking ten times a second."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import pytest
+
+from tests.fakes import FakeConsumer, FakeProducer
+from tests.test_worker_jobs import make_worker
+from workers.api.caller import Caller
+from workers.api.consuming import IDLE_POLL_WAIT, POLL_WAIT
+from workers.api.jobs import PRODUCER_POLL_WAIT
+
+
+async def test_calls_run_in_order_on_one_thread_and_return_or_raise() -> None:
+    caller = Caller("calls-test")
+    seen: list[tuple[int, str]] = []
+
+    def note(i: int) -> int:
+        seen.append((i, threading.current_thread().name))
+        return i * 2
+
+    def fail() -> None:
+        raise ValueError("refused")
+
+    assert await asyncio.gather(*(caller.call(note, i) for i in range(5))) == [0, 2, 4, 6, 8]
+    assert seen == [(i, "calls-test") for i in range(5)]
+    with pytest.raises(ValueError, match="refused"):
+        await caller.call(fail)
+    assert await caller.call(note, 7) == 14  # still serving after an exception
+    thread = caller._thread
+    caller.close()
+    assert thread is not None
+    await asyncio.to_thread(thread.join, 5)
+    assert not thread.is_alive()
+
+
+class PollingConsumer(FakeConsumer):
+    """Polls for nothing, a little at a time, noting the thread each poll ran on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[str] = set()
+        self.polls = threading.Event()
+        self.timeouts: list[float] = []
+
+    def poll(self, timeout: float) -> None:
+        self.threads.add(threading.current_thread().name)
+        self.timeouts.append(timeout)
+        self.polls.set()
+        threading.Event().wait(min(timeout, 0.01))
+
+    def assignment(self) -> list[Any]:
+        return []
+
+
+async def test_the_consumer_loop_polls_on_its_own_thread_not_the_default_executor() -> None:
+    jobs = make_worker(FakeProducer()).jobs
+    consumer = PollingConsumer()
+    jobs.consuming.consumer = consumer
+    poller = asyncio.ensure_future(jobs.consuming.run(consumer))  # type: ignore[arg-type]
+    await asyncio.to_thread(consumer.polls.wait, 5)
+    jobs.stop()
+    jobs.consuming.finishing.set()
+    await asyncio.wait_for(poller, 5)
+    assert consumer.threads == {"consumer-calls"}
+    thread = jobs.consuming.caller._thread
+    assert thread is None  # closed with the loop
+
+
+async def test_serve_waits_for_the_stop_without_looking_again_and_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Idle, ``serve()`` does not wake up ten times a second (it did: a sleep of 0.1 s in a loop);
+    a stop from another thread ends it at once."""
+    jobs = make_worker(FakeProducer()).jobs
+    consumer_running: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    sleeps: list[float] = []
+
+    async def start() -> None:
+        jobs._poller = asyncio.ensure_future(consumer_running)
+
+    async def close() -> None:
+        consumer_running.cancel()
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        await asyncio.sleep(seconds)
+
+    monkeypatch.setattr(jobs, "start", start)
+    monkeypatch.setattr(jobs, "close", close)
+    monkeypatch.setattr(jobs.clock, "sleep", sleep)
+
+    async def handler(_: Any) -> None:
+        return None
+
+    serving = asyncio.ensure_future(jobs.serve(handler))
+    await asyncio.sleep(0.35)
+    assert not serving.done()
+    threading.Thread(target=jobs.stop).start()
+    await asyncio.wait_for(serving, 0.5)
+    assert sleeps == []
+
+
+async def test_an_idle_consumer_loop_polls_longer_than_one_with_jobs_in_hand() -> None:
+    """No job in hand, no done mark waiting: nothing needs the loop before a job comes (which ends
+    the poll at once), so it polls a quarter of a second; with a job in hand, a twentieth (its
+    done mark is committed between two polls)."""
+    jobs = make_worker(FakeProducer()).jobs
+    consumer = PollingConsumer()
+    jobs.consuming.consumer = consumer
+    poller = asyncio.ensure_future(jobs.consuming.run(consumer))  # type: ignore[arg-type]
+    await asyncio.to_thread(consumer.polls.wait, 5)
+    jobs.tracker.started("crawl.jobs", 0, 7)
+    deadline = asyncio.get_running_loop().time() + 5
+    while consumer.timeouts[-1] != POLL_WAIT and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.01)
+    jobs.stop()
+    jobs.consuming.finishing.set()
+    await asyncio.wait_for(poller, 5)
+    assert consumer.timeouts[0] == IDLE_POLL_WAIT == 0.25 and consumer.timeouts[-1] == POLL_WAIT == 0.05
+
+
+class PollCountingProducer:
+    """A confluent-kafka producer as far as the poll thread sees it: the waits it was asked."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self.polled = threading.Event()
+
+    def poll(self, timeout: float) -> int:
+        self.waits.append(timeout)
+        self.polled.set()
+        threading.Event().wait(0.01)
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+async def test_the_workers_producer_thread_waits_a_quarter_second_for_a_delivery(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """(It waited a twentieth: twenty wake-ups a second of an idle worker; a delivery ends the
+    wait at once either way.)"""
+    jobs = make_worker(FakeProducer()).jobs
+    producer = PollCountingProducer()
+    monkeypatch.setattr(jobs.kafka, "producer", lambda **_: producer)
+    monkeypatch.setattr(jobs.kafka, "consumer", lambda *_, **__: PollingConsumer())
+    monkeypatch.setattr(jobs.consuming, "start", lambda *_: None)
+    await jobs.start()
+    await asyncio.to_thread(producer.polled.wait, 5)
+    await asyncio.to_thread(jobs.reporter.publisher.producer.close)
+    assert producer.waits and set(producer.waits) == {PRODUCER_POLL_WAIT} and PRODUCER_POLL_WAIT == 0.25
