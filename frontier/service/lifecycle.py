@@ -17,6 +17,7 @@ from collections.abc import Callable
 
 from frontier.config import Config
 from frontier.partition import PartitionFrontier
+from frontier.partition.counts import QueueCounts
 from frontier.partition.records import ChangeHook
 from frontier.service.crawls import CrawlDirectory
 from frontier.service.owned import Partitions, _Owned
@@ -147,17 +148,16 @@ class Lifecycle:
     async def _open(self, p: int) -> None:
         started = time.monotonic()
         phases = Phases(started)
-        if self.standby is not None:  # its warm copy becomes the active store
-            released = await asyncio.to_thread(self.standby.release, p)
-            if not released:
-                raise RuntimeError("the standby copy was not handed back in time")
-        phases.end("release")
         writer = self._new_writer(p)
         try:
-            await writer.start()  # fences the previous owner: the changelog's end read next is final
-            phases.end("fence")
+            # the standby's warm copy handed back (to become the active store) while the writer
+            # fences the previous owner: neither waits for the other. The changelog's end is
+            # read after both, so it is final.
+            counts = await asyncio.gather(self._release(p), writer.start())
+            phases.end("release+fence")
             path = db_path(self.cfg.frontier.state_dir, self.cfg.frontier.app_id, p)
-            kv, replayed, applied = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p)
+            kv, replayed, applied = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p,
+                                                            counts=counts[0])  # fmt: skip
             phases.end("restore")
         except BaseException:
             await writer.close()
@@ -170,8 +170,9 @@ class Lifecycle:
         phases.end("feedback")
         owned.expire_from = self.clock() + self.cfg.frontier.lease_grace + self.cfg.frontier.fetch_timeout
         self.partitions.owned[p] = owned
-        owned.frontier.rebuild(self.clock())
-        phases.end("rebuild")
+        ahead = counts[0] if counts[0] is not None and counts[0].usable else None
+        owned.frontier.rebuild(self.clock(), ahead)
+        phases.end("rebuild" if ahead is None else "rebuild counted ahead")
         directory = self._directory()
         if directory is not None:  # before its first dispatch: crawls nobody works for wait
             owned.frontier.set_served_crawls(directory.served(), self.clock())
@@ -180,6 +181,15 @@ class Lifecycle:
             "partition %d ready: %d changelog records replayed in %.2fs, %d in flight, %d hosts due (%s)",
             p, replayed, time.monotonic() - started, owned.frontier.inflight, owned.frontier.queued_hosts(), phases,
         )  # fmt: skip
+
+    async def _release(self, p: int) -> QueueCounts | None:
+        """The standby copy of ``p`` handed back, to become the active store, with its queue
+        counts when it kept them (None: none, or no standby)."""
+        if self.standby is None:
+            return None
+        if not await asyncio.to_thread(self.standby.release, p):
+            raise RuntimeError("the standby copy was not handed back in time")
+        return self.standby.counts(p)
 
     def _feedback_waiting(self, p: int) -> int:
         """The offset of the last feedback record waiting for ``p`` (past the group's committed
