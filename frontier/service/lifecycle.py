@@ -156,8 +156,9 @@ class Lifecycle:
             counts = await asyncio.gather(self._release(p), writer.start())
             phases.end("release+fence")
             path = db_path(self.cfg.frontier.state_dir, self.cfg.frontier.app_id, p)
+            retention = self.standby.retention() if self.standby is not None else None  # (None: asked)
             kv, replayed, applied = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p,
-                                                            counts=counts[0])  # fmt: skip
+                                                            retention=retention, counts=counts[0])  # fmt: skip
             phases.end("restore")
         except BaseException:
             await writer.close()

@@ -112,6 +112,14 @@ class Standby:
         when it had none), at the offset it was complete up to."""
         return self._handed.pop(partition, None)
 
+    def retention(self) -> float | None:
+        """The changelog's ``delete.retention.ms`` in seconds as last read (within
+        ``RETENTION_TTL``), None when not known: an open of a partition need not ask again."""
+        if self._retention is not None:
+            return self._retention
+        read = self._retention_read
+        return read[0] if read is not None and time.monotonic() - read[1] <= RETENTION_TTL else None
+
     def applied(self, partition: int) -> int | None:
         """The last changelog offset applied to the standby copy of ``partition`` (None: none yet)."""
         return self._applied.get(partition)
@@ -133,6 +141,8 @@ class Standby:
                     continue
                 self._apply(consumer.consume(2000, timeout=0.2))
                 self._probe_all(consumer)
+                if self._caught_up_once:  # known ahead for a takeover's open (read again once stale)
+                    self._delete_retention()
         except Exception:
             log.exception("standby replication stopped")
         finally:
