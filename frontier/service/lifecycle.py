@@ -148,19 +148,23 @@ class Lifecycle:
     async def _open(self, p: int) -> None:
         started = time.monotonic()
         phases = Phases(started)
+        # the standby's warm copy handed back (to become the active store) while the writer
+        # fences the previous owner: neither waits for the other. The changelog's end is read
+        # after both, so it is final.
         writer = self._new_writer(p)
+        release = asyncio.ensure_future(self._release(p))
         try:
-            # the standby's warm copy handed back (to become the active store) while the writer
-            # fences the previous owner: neither waits for the other. The changelog's end is
-            # read after both, so it is final.
-            counts = await asyncio.gather(self._release(p), writer.start())
+            await writer.start()
+            counts = await release
             phases.end("release+fence")
             path = db_path(self.cfg.frontier.state_dir, self.cfg.frontier.app_id, p)
             retention = self.standby.retention() if self.standby is not None else None  # (None: asked)
             kv, replayed, applied = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p,
-                                                            retention=retention, counts=counts[0])  # fmt: skip
+                                                            retention=retention, counts=counts)  # fmt: skip
             phases.end("restore")
         except BaseException:
+            release.cancel()
+            await asyncio.gather(release, return_exceptions=True)
             await writer.close()
             raise
         writer.applied = applied
@@ -171,7 +175,7 @@ class Lifecycle:
         phases.end("feedback")
         owned.expire_from = self.clock() + self.cfg.frontier.lease_grace + self.cfg.frontier.fetch_timeout
         self.partitions.owned[p] = owned
-        ahead = counts[0] if counts[0] is not None and counts[0].usable else None
+        ahead = counts if counts is not None and counts.usable else None
         owned.frontier.rebuild(self.clock(), ahead)
         phases.end("rebuild" if ahead is None else "rebuild counted ahead")
         directory = self._directory()
