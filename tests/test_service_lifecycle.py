@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -430,3 +431,46 @@ def test_the_frontier_process_freezes_its_startup_objects_and_collects_young_obj
     finally:
         gc.unfreeze()
         gc.set_threshold(*threshold)
+
+
+async def test_a_takeover_fences_the_previous_owner_while_the_standby_hands_its_copy_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 39 (takeover): the standby's release of its copy and the writer's fence took turns
+    (release, then fence); neither needs the other, so they run at once, and the changelog's end
+    is read (the store opened) once both are done."""
+    svc = FrontierService(Config(), clock=lambda: 1000.0)
+    svc._producer = Recorder()  # type: ignore[assignment]
+    fenced, order = threading.Event(), []
+
+    class Writer:
+        applied = -1
+
+        async def start(self) -> None:
+            order.append("fence")
+            fenced.set()
+
+        async def close(self) -> None:
+            return None
+
+    class Standby:
+        def release(self, p: int, timeout: float = 60.0) -> bool:
+            order.append("release")
+            return fenced.wait(5)  # handed back only once the fence began: both under way at once
+
+        def counts(self, p: int) -> None:
+            return None
+
+        def retention(self) -> float:
+            return 3600.0
+
+    def opened(*_args: object, **_kw: object) -> tuple[MemoryKV, int, int]:
+        order.append("open")
+        return MemoryKV(), 0, -1
+
+    monkeypatch.setattr(svc.lifecycle, "_new_writer", lambda _p: Writer())
+    monkeypatch.setattr(svc.lifecycle, "standby", Standby())
+    monkeypatch.setattr(svc.lifecycle, "_feedback_waiting", lambda _p: -1)
+    monkeypatch.setattr(lifecycle_module, "open_partition", opened)
+    await asyncio.wait_for(svc.lifecycle._open(2), 10)
+    assert 2 in svc.partitions.owned and sorted(order[:2]) == ["fence", "release"] and order[2] == "open"
