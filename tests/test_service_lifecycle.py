@@ -30,6 +30,7 @@ from frontier.config import Config, ConfigError, FrontierConfig
 from frontier.core.kv import MemoryKV
 from frontier.core.urls import parse_input
 from frontier.partition import PartitionFrontier
+from frontier.partition.counts import QueueCounts
 from frontier.service import lifecycle as lifecycle_module
 from frontier.service.lock import lock_state_dir
 from frontier.service.service import FrontierService
@@ -433,15 +434,11 @@ def test_the_frontier_process_freezes_its_startup_objects_and_collects_young_obj
         gc.set_threshold(*threshold)
 
 
-async def test_a_takeover_fences_the_previous_owner_while_the_standby_hands_its_copy_back(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Issue 39 (takeover): the standby's release of its copy and the writer's fence took turns
-    (release, then fence); neither needs the other, so they run at once, and the changelog's end
-    is read (the store opened) once both are done."""
-    svc = FrontierService(Config(), clock=lambda: 1000.0)
-    svc._producer = Recorder()  # type: ignore[assignment]
-    fenced, order = threading.Event(), []
+def fake_open(svc: FrontierService, monkeypatch: pytest.MonkeyPatch, order: list[str], fenced: threading.Event,
+              counted: list[str]) -> None:  # fmt: skip
+    """``svc``'s partition opens over fakes: a writer whose fence sets ``fenced``, a standby whose
+    release waits for it, a store opened empty; each step noted in ``order``, and the thread
+    that counted the queues (when no counts came with the copy) in ``counted``."""
 
     class Writer:
         applied = -1
@@ -468,9 +465,38 @@ async def test_a_takeover_fences_the_previous_owner_while_the_standby_hands_its_
         order.append("open")
         return MemoryKV(), 0, -1
 
+    def scan(_kv: object) -> QueueCounts:
+        counted.append(threading.current_thread().name)
+        return QueueCounts()
+
     monkeypatch.setattr(svc.lifecycle, "_new_writer", lambda _p: Writer())
     monkeypatch.setattr(svc.lifecycle, "standby", Standby())
     monkeypatch.setattr(svc.lifecycle, "_feedback_waiting", lambda _p: -1)
     monkeypatch.setattr(lifecycle_module, "open_partition", opened)
+    monkeypatch.setattr(QueueCounts, "scan", staticmethod(scan))
+
+
+async def test_a_takeover_fences_the_previous_owner_while_the_standby_hands_its_copy_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 39 (takeover): the standby's release of its copy and the writer's fence took turns
+    (release, then fence); neither needs the other, so they run at once, and the changelog's end
+    is read (the store opened) once both are done."""
+    svc = FrontierService(Config(), clock=lambda: 1000.0)
+    svc._producer = Recorder()  # type: ignore[assignment]
+    order: list[str] = []
+    fake_open(svc, monkeypatch, order, threading.Event(), [])
     await asyncio.wait_for(svc.lifecycle._open(2), 10)
     assert 2 in svc.partitions.owned and sorted(order[:2]) == ["fence", "release"] and order[2] == "open"
+
+
+async def test_a_store_opened_without_counts_is_counted_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39 (rebuild): every queued URL of a store was walked on the event loop (its other
+    partitions stood still meanwhile, and each open's walk waited for the others'); now a store
+    whose queues were not counted ahead is counted in a thread, and the rebuild takes the counts."""
+    svc = FrontierService(Config(), clock=lambda: 1000.0)
+    svc._producer = Recorder()  # type: ignore[assignment]
+    counted: list[str] = []
+    fake_open(svc, monkeypatch, [], threading.Event(), counted)
+    await asyncio.wait_for(svc.lifecycle._open(2), 10)
+    assert len(counted) == 1 and counted[0] != threading.current_thread().name

@@ -22,6 +22,7 @@ from frontier.partition.records import ChangeHook
 from frontier.service.crawls import CrawlDirectory
 from frontier.service.owned import Partitions, _Owned
 from frontier.service.restore import close_partition, db_path, feedback_backlog_end, open_partition
+from frontier.service.rocks import RocksKV
 from frontier.service.standby import Standby
 from frontier.service.writer import PartitionWriter, WriteFailed
 from topics.kafka import Kafka
@@ -153,6 +154,8 @@ class Lifecycle:
         # after both, so it is final.
         writer = self._new_writer(p)
         release = asyncio.ensure_future(self._release(p))
+        opened: RocksKV | None = None  # the store, once open: closed if the open goes no further
+        counting: asyncio.Future[QueueCounts] | None = None
         try:
             await writer.start()
             counts = await release
@@ -161,10 +164,19 @@ class Lifecycle:
             retention = self.standby.retention() if self.standby is not None else None  # (None: asked)
             kv, replayed, applied = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p,
                                                             retention=retention, counts=counts)  # fmt: skip
+            opened = kv
             phases.end("restore")
+            if counts is None or not counts.usable:  # counted off the event loop (beside other opens)
+                counting = asyncio.ensure_future(asyncio.to_thread(QueueCounts.scan, kv))
+                counts = await asyncio.shield(counting)
+                phases.end("count")
         except BaseException:
             release.cancel()
             await asyncio.gather(release, return_exceptions=True)
+            if counting is not None:  # (cancelled: the thread still reads the store; closed after it)
+                await asyncio.gather(counting, return_exceptions=True)
+            if opened is not None:
+                opened.close()  # no clean marker: its next open rebuilds it
             await writer.close()
             raise
         writer.applied = applied
@@ -175,9 +187,8 @@ class Lifecycle:
         phases.end("feedback")
         owned.expire_from = self.clock() + self.cfg.frontier.lease_grace + self.cfg.frontier.fetch_timeout
         self.partitions.owned[p] = owned
-        ahead = counts if counts is not None and counts.usable else None
-        owned.frontier.rebuild(self.clock(), ahead)
-        phases.end("rebuild" if ahead is None else "rebuild counted ahead")
+        owned.frontier.rebuild(self.clock(), counts)
+        phases.end("rebuild")
         directory = self._directory()
         if directory is not None:  # before its first dispatch: crawls nobody works for wait
             owned.frontier.set_served_crawls(directory.served(), self.clock())
