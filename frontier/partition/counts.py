@@ -15,21 +15,22 @@ that the store opened is that copy, at that offset, and marks what it replays af
 from __future__ import annotations
 
 from frontier.core.kv import KV
-from frontier.partition.keys import QUEUE
+from frontier.partition.keys import QUEUE, QueueId, queue_of
 
 _TAIL = 12  # a queue key ends with its priority (4 bytes) and sequence (8): keys.queue_key
 _SEQ = 8
 
 
 class QueueCounts:
-    """Queue prefix (``Q<queue>\\x00``) → entries, for one store; ``top``: at least the highest
-    sequence of any entry it has held; ``offset``: the changelog offset the store is complete up
-    to (set by whoever hands the counts over); ``dirty``: the queues whose count is not known."""
+    """Queue id → entries, for one store (the ids as ``queue_of`` makes them: interned, the very
+    objects the queues keep); ``top``: at least the highest sequence of any entry it has held;
+    ``offset``: the changelog offset the store is complete up to (set by whoever hands the counts
+    over); ``dirty``: the prefixes (``Q<queue>\\x00``) of the queues whose count is not known."""
 
     __slots__ = ("counts", "dirty", "offset", "top", "usable")
 
     def __init__(self) -> None:
-        self.counts: dict[bytes, int] = {}
+        self.counts: dict[QueueId, int] = {}
         self.dirty: set[bytes] = set()
         self.top = 0
         self.offset = -1
@@ -54,12 +55,12 @@ class QueueCounts:
                 n += 1
             else:
                 if n:
-                    counts[prefix] = n
+                    counts[queue_of(prefix)] = n
                 prefix, n = key[:-_TAIL], 1
             if key[-_SEQ:] > tail:
                 tail = key[-_SEQ:]
         if n:
-            counts[prefix] = n
+            counts[queue_of(prefix)] = n
         made.top = int.from_bytes(tail, "big") if tail else 0
         return made
 
@@ -79,7 +80,7 @@ class QueueCounts:
         for prefix in self.dirty:
             n = sum(1 for _ in kv.scan(prefix))
             if n:
-                counts[prefix] = n
+                counts[queue_of(prefix)] = n
             else:
-                counts.pop(prefix, None)
+                counts.pop(queue_of(prefix), None)
         self.dirty.clear()

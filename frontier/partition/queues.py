@@ -309,9 +309,7 @@ class Queues:
         every entry). Crawls queued without a record get one."""
         if counts is None:
             counts = QueueCounts.scan(self._kv)
-        queued = self._queued
-        for prefix, n in counts.counts.items():
-            queued[queue_of(prefix)] += n
+        self._queued.update(counts.counts)
         top = max(top, counts.top)
         # (a previous owner whose clock ran ahead gave places this instance's clock has not reached)
         self._seq = top & ~1
