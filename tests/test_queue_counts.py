@@ -157,3 +157,14 @@ def test_a_partition_loaded_from_counts_is_the_one_a_walk_loads() -> None:
     assert walked.queues._seq == ahead.queues._seq
     pops = [[g.queues.scheduler.pop_due(300.0) for _ in range(8)] for g in (walked, ahead)]
     assert pops[0] == pops[1]
+
+
+def test_the_counts_a_partition_closes_with_are_a_walks_of_its_store() -> None:
+    kv = MemoryKV()
+    f = PartitionFrontier(0, kv, FrontierConfig(robots_obey=False), ThrottleConfig(), lambda _k, _v: None)
+    f.ingest([parse_input(f"http://d{i % 5}.test/p{i}".encode()) for i in range(30)], 100.0)
+    assert f.dispatch(100.0).jobs  # some leased: their entries left the queues
+    f.ingest([parse_input(b"http://d9.test/late")], 101.0)
+    counted, walked = f.queues.counted(), QueueCounts.scan(kv)
+    assert counted.counts == walked.counts and sum(counted.counts.values()) == f.queued()
+    assert counted.top >= walked.top  # (no sequence given here is odd: the walk's highest is one of them)

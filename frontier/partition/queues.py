@@ -302,6 +302,17 @@ class Queues:
         return sum(self._queued.values())
 
     # -- the store --------------------------------------------------------------------------------
+    def counted(self) -> QueueCounts:
+        """The queues' counts as they stand, the store's (``load`` takes them again, e.g. when a
+        partition closed here is opened again on the same store)."""
+        made = QueueCounts()
+        made.counts = {qid: n for qid, n in self._queued.items() if n > 0}
+        # every even sequence stored (qkey's: a new key must not meet one) is at most this; an odd
+        # one (qkey_due's) may be above it, but a new key never takes an odd one, and sorts after
+        # it when its due time has passed
+        made.top = self._seq
+        return made
+
     def load(self, now: float, top: int, counts: QueueCounts | None = None) -> None:
         """Count the stored entries and schedule (or park) their queues (``rebuild``); ``top``:
         the highest sequence the leases use. ``counts``: the entries of each queue as counted

@@ -94,6 +94,10 @@ class Lifecycle:
         self._directory = directory
         self._assigned: set[int] = set()  # the partitions the group assigns here now
         self._retaken: set[int] = set()  # fenced and taken back since the group last assigned
+        # the queue counts of partitions closed cleanly here, for their next open if the group's
+        # next assignment gives them back (a rebalance revokes every partition, then gives most
+        # back): that open does not walk every queued URL again
+        self._kept: dict[int, QueueCounts] = {}
         self._dropping: set[asyncio.Task[None]] = set()
         self.standby: Standby | None = None
         if cfg.frontier.standby_replicas:
@@ -113,6 +117,8 @@ class Lifecycle:
         self._assigned = set(partitions)
         parts.assignment.set()
         self._retaken.clear()  # the group spoke again: a fenced partition may be taken back once more
+        for p in set(self._kept) - partitions:
+            del self._kept[p]  # not given back: its counts go (a standby copy counts its own)
         for p in sorted(partitions):
             if p not in parts.owned and p not in parts.restoring:
                 parts.restoring[p] = asyncio.ensure_future(self._open_retrying(p))
@@ -200,12 +206,14 @@ class Lifecycle:
 
     async def _release(self, p: int) -> QueueCounts | None:
         """The standby copy of ``p`` handed back, to become the active store, with its queue
-        counts when it kept them (None: none, or no standby)."""
+        counts when it kept them, or else those kept when ``p`` was closed here (None: neither;
+        the open checks that they are the store's, at its offset)."""
+        kept = self._kept.pop(p, None)
         if self.standby is None:
-            return None
+            return kept
         if not await asyncio.to_thread(self.standby.release, p):
             raise RuntimeError("the standby copy was not handed back in time")
-        return self.standby.counts(p)
+        return self.standby.counts(p) or kept
 
     def _feedback_waiting(self, p: int) -> int:
         """The offset of the last feedback record waiting for ``p`` (past the group's committed
@@ -234,7 +242,10 @@ class Lifecycle:
                 owned.kv.close()
                 log.warning("partition %d closed without a clean marker (its writes did not all commit)", p)
             else:
+                counts = owned.frontier.queues.counted()  # the store's, as closed: for its next open here
                 close_partition(owned.kv, applied)
+                counts.offset = applied
+                self._kept[p] = counts
                 log.info("partition %d closed cleanly at changelog offset %d", p, applied)
             # Not made a standby copy here: the group's next assignment does that (on_assigned) if
             # the partition is not given back. A revoke is followed by an assignment, and most
