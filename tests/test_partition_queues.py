@@ -5,7 +5,7 @@ from collections.abc import Iterator
 
 import pytest
 
-import frontier.partition.queues as queues_module
+import frontier.partition.counts as counts_module
 from frontier.config import FrontierConfig
 from frontier.core.kv import MemoryKV
 from frontier.partition.crawls import Crawls
@@ -181,7 +181,7 @@ def test_load_reads_each_queue_id_once_and_finds_the_highest_sequence(monkeypatc
         parsed.append(key)
         return queue_of(key)
 
-    monkeypatch.setattr(queues_module, "queue_of", counting)
+    monkeypatch.setattr(counts_module, "queue_of", counting)  # (the walk is QueueCounts.scan's)
     store = Store(kv, lambda k, v: None)
     again = Queues(store, Crawls(0, store, FrontierConfig()))
     again.load(0.0, 0)

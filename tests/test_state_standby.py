@@ -3,6 +3,7 @@ changelog record had been applied, also while the copy lags behind a busy change
 thread's steps are driven here by hand against a fake consumer (the real broker:
 tests/integration/test_state_retention.py)."""
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 from frontier.partition.keys import STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.restore import LocalCopy, close_partition, db_path, local_copy
 from frontier.service.rocks import RocksKV
-from frontier.service.standby import Standby
+from frontier.service.standby import RETENTION_TTL, Standby
 from tests.fakes import FakeConsumer
 
 DAY = 24 * 3600.0
@@ -215,3 +216,16 @@ def test_a_poll_is_one_write_per_copy_with_the_offset_it_reaches(
     with pytest.raises(OSError):
         sb._apply([Record(1, 5, b"Qc", b"4")])  # type: ignore[list-item]
     assert sb.applied(1) == 0
+
+
+def test_the_retention_read_ahead_is_handed_to_an_open_while_fresh(tmp_path: Path) -> None:
+    """Issue 39 (takeover): each partition's open asked the broker for the changelog's
+    delete.retention.ms (an admin client and a round trip a partition); the standby thread
+    keeps it read, and an open takes it while it is fresh."""
+    sb = Standby({"bootstrap.servers": "127.0.0.1:1"}, "state", str(tmp_path), "app")
+    sb.close()
+    assert sb.retention() is None  # never read: the open asks
+    sb._retention_read = (3600.0, time.monotonic())
+    assert sb.retention() == 3600.0
+    sb._retention_read = (3600.0, time.monotonic() - RETENTION_TTL - 1)
+    assert sb.retention() is None

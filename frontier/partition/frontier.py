@@ -20,6 +20,7 @@ from frontier.config import FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.control import Override
 from frontier.core.kv import KV
 from frontier.partition.commands import Commands
+from frontier.partition.counts import QueueCounts
 from frontier.partition.crawls import Crawls
 from frontier.partition.dispatch import Dispatcher
 from frontier.partition.keys import STATS_KEY, QueueId, input_key, queue_id
@@ -257,8 +258,9 @@ class PartitionFrontier:
         return self.queues.queued()
 
     # -- recovery -------------------------------------------------------------------------------
-    def rebuild(self, now: float) -> None:
-        """Rebuild the in-memory parts (heap, counters, lease index) from the store."""
+    def rebuild(self, now: float, counts: QueueCounts | None = None) -> None:
+        """Rebuild the in-memory parts (heap, counters, lease index) from the store; ``counts``:
+        its queues' entries counted ahead (a standby copy's), else counted here."""
         raw = self.kv.get(STATS_KEY)
         stats = stats_dec.decode(raw) if raw is not None else Stats()
         self._assemble(stats, msgspec.structs.replace(stats))
@@ -269,7 +271,7 @@ class PartitionFrontier:
         self.crawls.rehold()
         self.revisits.load()
         top = self.leases.load()  # the highest queue sequence in use: new places come after it
-        self.queues.load(now, top)
+        self.queues.load(now, top, counts)
 
     def applied_input(self, role: str) -> int:
         """The offset of the last record of input ``role`` applied here (-1: none)."""

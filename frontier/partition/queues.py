@@ -26,11 +26,11 @@ from collections.abc import Callable
 
 from frontier.core.control import covers
 from frontier.core.scheduler import Scheduler
+from frontier.partition.counts import QueueCounts
 from frontier.partition.crawls import Crawls
 from frontier.partition.heads import Heads
 from frontier.partition.keys import (
     CRAWL_SEP,
-    QUEUE,
     QueueId,
     entry_priority,
     is_multi,
@@ -49,7 +49,6 @@ from topics.schemas import DEFAULT_CRAWL, UrlItem
 
 _LOW = 2**20 - 1  # the sequence's bits under the millisecond
 _TRIES = 64  # free due-time places looked for in one millisecond before a key goes to the tail
-_SEQ_BYTES = 8  # a queue key ends with its sequence, big-endian (keys.queue_key)
 
 
 class Waiters:
@@ -303,28 +302,29 @@ class Queues:
         return sum(self._queued.values())
 
     # -- the store --------------------------------------------------------------------------------
-    def load(self, now: float, top: int) -> None:
+    def counted(self) -> QueueCounts:
+        """The queues' counts as they stand, the store's (``load`` takes them again, e.g. when a
+        partition closed here is opened again on the same store)."""
+        made = QueueCounts()
+        made.counts = {qid: n for qid, n in self._queued.items() if n > 0}
+        # every even sequence stored (qkey's: a new key must not meet one) is at most this; an odd
+        # one (qkey_due's) may be above it, but a new key never takes an odd one, and sorts after
+        # it when its due time has passed
+        made.top = self._seq
+        return made
+
+    def load(self, now: float, top: int, counts: QueueCounts | None = None) -> None:
         """Count the stored entries and schedule (or park) their queues (``rebuild``); ``top``:
-        the highest sequence the leases use. Crawls queued without a record get one."""
-        # A queue's entries are contiguous: its id is parsed once, at its first entry, and the
-        # highest sequence is found by comparing the keys' big-endian tails (one C call each).
-        queued, prefix, qid, n, tail = self._queued, b"", QueueId(""), 0, b""
-        for key, _ in self._kv.scan(QUEUE):
-            if prefix and key.startswith(prefix):
-                n += 1
-            else:
-                if n:
-                    queued[qid] += n
-                qid, n = queue_of(key), 1
-                prefix = queue_prefix(qid)
-            if key[-_SEQ_BYTES:] > tail:
-                tail = key[-_SEQ_BYTES:]
-        if n:
-            queued[qid] += n
-        if tail:
-            top = max(top, int.from_bytes(tail, "big"))
+        the highest sequence the leases use. ``counts``: the entries of each queue as counted
+        ahead (a standby copy's, :mod:`frontier.partition.counts`), else counted here (a walk of
+        every entry). Crawls queued without a record get one."""
+        if counts is None:
+            counts = QueueCounts.scan(self._kv)
+        self._queued.update(counts.counts)
+        top = max(top, counts.top)
         # (a previous owner whose clock ran ahead gave places this instance's clock has not reached)
         self._seq = top & ~1
+        due: list[QueueId] = []
         for qid, n in self._queued.items():
             crawl = queue_crawl(qid)
             self._crawl_queued[crawl] += n
@@ -333,6 +333,7 @@ class Queues:
             if self._crawls.waits(crawl):
                 self._parked[crawl].add(qid)
             else:
-                self.scheduler.schedule(qid, now)
+                due.append(qid)
             if is_multi(qid):
                 self.index(qid)
+        self.scheduler.schedule_many(due, now)

@@ -17,11 +17,13 @@ from collections.abc import Callable
 
 from frontier.config import Config
 from frontier.partition import PartitionFrontier
+from frontier.partition.counts import QueueCounts
 from frontier.partition.records import ChangeHook
 from frontier.service.crawls import CrawlDirectory
 from frontier.service.owned import Partitions, _Owned
 from frontier.service.pending import Pending
 from frontier.service.restore import close_partition, db_path, feedback_backlog_end, open_partition
+from frontier.service.rocks import RocksKV
 from frontier.service.standby import Standby
 from frontier.service.writer import PartitionWriter, WriteFailed
 from topics.kafka import Kafka
@@ -93,6 +95,10 @@ class Lifecycle:
         self._directory = directory
         self._assigned: set[int] = set()  # the partitions the group assigns here now
         self._retaken: set[int] = set()  # fenced and taken back since the group last assigned
+        # the queue counts of partitions closed cleanly here, for their next open if the group's
+        # next assignment gives them back (a rebalance revokes every partition, then gives most
+        # back): that open does not walk every queued URL again
+        self._kept: dict[int, QueueCounts] = {}
         self._dropping: set[asyncio.Task[None]] = set()
         self.standby: Standby | None = None
         if cfg.frontier.standby_replicas:
@@ -112,6 +118,8 @@ class Lifecycle:
         self._assigned = set(partitions)
         parts.assignment.set()
         self._retaken.clear()  # the group spoke again: a fenced partition may be taken back once more
+        for p in set(self._kept) - partitions:
+            del self._kept[p]  # not given back: its counts go (a standby copy counts its own)
         for p in sorted(partitions):
             if p not in parts.owned and p not in parts.restoring:
                 parts.restoring[p] = asyncio.ensure_future(self._open_retrying(p))
@@ -148,19 +156,34 @@ class Lifecycle:
     async def _open(self, p: int) -> None:
         started = time.monotonic()
         phases = Phases(started)
-        if self.standby is not None:  # its warm copy becomes the active store
-            released = await asyncio.to_thread(self.standby.release, p)
-            if not released:
-                raise RuntimeError("the standby copy was not handed back in time")
-        phases.end("release")
+        # the standby's warm copy handed back (to become the active store) while the writer
+        # fences the previous owner: neither waits for the other. The changelog's end is read
+        # after both, so it is final.
         writer = self._new_writer(p)
+        release = asyncio.ensure_future(self._release(p))
+        opened: RocksKV | None = None  # the store, once open: closed if the open goes no further
+        counting: asyncio.Future[QueueCounts] | None = None
         try:
-            await writer.start()  # fences the previous owner: the changelog's end read next is final
-            phases.end("fence")
+            await writer.start()
+            counts = await release
+            phases.end("release+fence")
             path = db_path(self.cfg.frontier.state_dir, self.cfg.frontier.app_id, p)
-            kv, replayed, applied = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p)
+            retention = self.standby.retention() if self.standby is not None else None  # (None: asked)
+            kv, replayed, applied = await asyncio.to_thread(open_partition, path, self.kafka, self.topics.state, p,
+                                                            retention=retention, counts=counts)  # fmt: skip
+            opened = kv
             phases.end("restore")
+            if counts is None or not counts.usable:  # counted off the event loop (beside other opens)
+                counting = asyncio.ensure_future(asyncio.to_thread(QueueCounts.scan, kv))
+                counts = await asyncio.shield(counting)
+                phases.end("count")
         except BaseException:
+            release.cancel()
+            await asyncio.gather(release, return_exceptions=True)
+            if counting is not None:  # (cancelled: the thread still reads the store; closed after it)
+                await asyncio.gather(counting, return_exceptions=True)
+            if opened is not None:
+                opened.close()  # no clean marker: its next open rebuilds it
             await writer.close()
             raise
         writer.applied = applied
@@ -172,7 +195,7 @@ class Lifecycle:
         phases.end("feedback")
         owned.expire_from = self.clock() + self.cfg.frontier.lease_grace + self.cfg.frontier.fetch_timeout
         self.partitions.owned[p] = owned
-        owned.frontier.rebuild(self.clock())
+        owned.frontier.rebuild(self.clock(), counts)
         phases.end("rebuild")
         directory = self._directory()
         if directory is not None:  # before its first dispatch: crawls nobody works for wait
@@ -182,6 +205,17 @@ class Lifecycle:
             "partition %d ready: %d changelog records replayed in %.2fs, %d in flight, %d hosts due (%s)",
             p, replayed, time.monotonic() - started, owned.frontier.inflight, owned.frontier.queued_hosts(), phases,
         )  # fmt: skip
+
+    async def _release(self, p: int) -> QueueCounts | None:
+        """The standby copy of ``p`` handed back, to become the active store, with its queue
+        counts when it kept them, or else those kept when ``p`` was closed here (None: neither;
+        the open checks that they are the store's, at its offset)."""
+        kept = self._kept.pop(p, None)
+        if self.standby is None:
+            return kept
+        if not await asyncio.to_thread(self.standby.release, p):
+            raise RuntimeError("the standby copy was not handed back in time")
+        return self.standby.counts(p) or kept
 
     def _feedback_waiting(self, p: int) -> int:
         """The offset of the last feedback record waiting for ``p`` (past the group's committed
@@ -210,7 +244,10 @@ class Lifecycle:
                 owned.kv.close()
                 log.warning("partition %d closed without a clean marker (its writes did not all commit)", p)
             else:
+                counts = owned.frontier.queues.counted()  # the store's, as closed: for its next open here
                 close_partition(owned.kv, applied)
+                counts.offset = applied
+                self._kept[p] = counts
                 log.info("partition %d closed cleanly at changelog offset %d", p, applied)
             # Not made a standby copy here: the group's next assignment does that (on_assigned) if
             # the partition is not given back. A revoke is followed by an assignment, and most

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, TopicPartition
 
+from frontier.partition.counts import QueueCounts
 from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, STANDBY_AT_KEY, STANDBY_KEY
 from frontier.service.restore import (
     Plan,
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 PROBE_INTERVAL = 30.0  # seconds between high-watermark probes of one standby partition
 PROBE_TIMEOUT = 2.0  # seconds one probe may take
 RETENTION_TTL = 300.0  # seconds a read delete.retention.ms is reused
+SETTLE_AT = 1024  # queues changed since a copy's counts were settled: counted again past this
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,6 +83,10 @@ class Standby:
         self._probes: dict[int, _Probe] = {}
         self._asked: dict[int, float] = {}
         self._caught_up_once: set[int] = set()  # copies whose catching up was logged
+        # each caught-up copy's queue counts, kept as records are applied, and those handed
+        # over with a released copy (read by the caller once release returned)
+        self._counts: dict[int, QueueCounts] = {}
+        self._handed: dict[int, QueueCounts] = {}
         self.partitions: set[int] = set()  # wanted as standby (maintained by the caller's thread)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="standby", daemon=True)
@@ -100,6 +106,19 @@ class Standby:
         done = threading.Event()
         self._control.put(("remove", partition, done))
         return done.wait(timeout)
+
+    def counts(self, partition: int) -> QueueCounts | None:
+        """The queue counts of the copy of ``partition`` :meth:`release` handed back (once: None
+        when it had none), at the offset it was complete up to."""
+        return self._handed.pop(partition, None)
+
+    def retention(self) -> float | None:
+        """The changelog's ``delete.retention.ms`` in seconds as last read (within
+        ``RETENTION_TTL``), None when not known: an open of a partition need not ask again."""
+        if self._retention is not None:
+            return self._retention
+        read = self._retention_read
+        return read[0] if read is not None and time.monotonic() - read[1] <= RETENTION_TTL else None
 
     def applied(self, partition: int) -> int | None:
         """The last changelog offset applied to the standby copy of ``partition`` (None: none yet)."""
@@ -122,6 +141,8 @@ class Standby:
                     continue
                 self._apply(consumer.consume(2000, timeout=0.2))
                 self._probe_all(consumer)
+                if self._caught_up_once:  # known ahead for a takeover's open (read again once stale)
+                    self._delete_retention()
         except Exception:
             log.exception("standby replication stopped")
         finally:
@@ -145,8 +166,15 @@ class Standby:
                 batches.setdefault(p, []).append((key, msg.value()))
             reached[p] = msg.offset() or 0
         for p, offset in reached.items():
-            self._stores[p].write_many([*batches.get(p, ()), (STANDBY_KEY, str(offset).encode())])
+            records = batches.get(p, [])
+            self._stores[p].write_many([*records, (STANDBY_KEY, str(offset).encode())])
             self._applied[p] = offset
+            counts = self._counts.get(p)
+            if counts is not None:
+                for key, value in records:
+                    counts.touched(key, value)
+                if len(counts.dirty) > SETTLE_AT:
+                    counts.settle(self._stores[p])
 
     def _handle_control(self, consumer: Consumer) -> None:
         while True:
@@ -200,6 +228,7 @@ class Standby:
             start = OFFSET_BEGINNING
             self._start[p] = None
         self._stores[p] = kv
+        self._handed.pop(p, None)
         consumer.incremental_assign([TopicPartition(self._topic, p, start)])
         log.info(
             "standby for partition %d from changelog offset %s", p, "start" if start == OFFSET_BEGINNING else start
@@ -216,8 +245,16 @@ class Standby:
         consumer.incremental_unassign([TopicPartition(self._topic, p)])
         self._probe(consumer, p, final=True, ask=ask or p not in self._caught_up_once)
         kv = self._stores.pop(p)
-        if p in self._applied:
-            kv.put(STANDBY_KEY, str(self._applied.pop(p)).encode())
+        counts = self._counts.pop(p, None)
+        offset = self._applied.pop(p, None)
+        if offset is not None:
+            kv.put(STANDBY_KEY, str(offset).encode())
+        elif (start := self._start.get(p)) is not None:
+            offset = start - 1  # trusted up to there at open, nothing applied since
+        if counts is not None and offset is not None and not ask:  # handed back to become the active store
+            counts.settle(kv)
+            counts.offset = offset
+            self._handed[p] = counts
         self._start.pop(p, None)
         self._probes.pop(p, None)
         self._asked.pop(p, None)
@@ -252,7 +289,7 @@ class Standby:
         pending = self._probes.get(p)
         position = self._position(consumer, p)
         if pending is not None and self._caught_up(p, pending, position):
-            self._record(kv, p, pending.at)
+            self._record(kv, p, pending.at, final)
             del self._probes[p]
             pending = None
         if not ask:
@@ -269,7 +306,7 @@ class Standby:
             return
         probe = _Probe(now, int(low), int(high))
         if self._caught_up(p, probe, position):
-            self._record(kv, p, probe.at)
+            self._record(kv, p, probe.at, final)
         elif pending is None:
             self._probes[p] = probe
 
@@ -280,10 +317,17 @@ class Standby:
             return None
         return int(offset) if offset is not None and offset >= 0 else None
 
-    def _record(self, kv: RocksKV, p: int, at: float) -> None:
+    def _record(self, kv: RocksKV, p: int, at: float, final: bool = False) -> None:
         if p in self._applied:
             kv.put(STANDBY_KEY, str(self._applied[p]).encode())  # the offset first, then its time
         kv.put(STANDBY_AT_KEY, encode_time(at))
         if p not in self._caught_up_once:
             self._caught_up_once.add(p)
+            if not final:  # (not while the copy is being closed: its next open counts)
+                # counted once here, in the background, then kept as records come: an open
+                # of the copy as the active store does not walk every queued URL
+                started = time.monotonic()
+                self._counts[p] = counts = QueueCounts.scan(kv)
+                log.info("standby for partition %d: %d queues counted in %.2fs", p, len(counts.counts),
+                         time.monotonic() - started)  # fmt: skip
             log.info("standby for partition %d caught up at changelog offset %s", p, self._applied.get(p))
