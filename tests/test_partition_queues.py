@@ -184,13 +184,16 @@ def test_a_turn_among_queues_of_the_default_priority_reads_no_head() -> None:
         queues.took_turn(chosen)
     assert kv.firsts == 0
     assert sorted(order) == sorted(queue_id(["a.test"], n) for n in names)  # each crawl in turn
-    put(queues, ["a.test"], url("a.test", 1, crawl="c07", priority=3), 0.0)
-    assert queues.choose(base, group) == queue_id(["a.test"], "c07") and kv.firsts == 1  # its head only
+    put(queues, ["a.test"], url("a.test", 1, crawl="c07", priority=3), 0.0)  # its head now, known as it came in
+    assert queues.choose(base, group) == queue_id(["a.test"], "c07") and kv.firsts == 0
     again = Queues(store, Crawls(0, store, FrontierConfig()))  # a restart: the store's priorities unknown
     again.heads.limit = 0
     again.load(0.0, 0)
     before = kv.firsts
     assert again.choose(base, again.groups[base]) == queue_id(["a.test"], "c07") and kv.firsts > before
+    put(again, ["b.test"], url("b.test", 0, priority=2), 0.0)  # the default crawl's queue: always read
+    put(again, ["b.test"], url("b.test", 1, crawl="c01"), 0.0)
+    assert again.choose(queue_id(["b.test"], "c01"), again.groups[queue_id(["b.test"])]) == queue_id(["b.test"])
 
 
 def test_load_reads_each_queue_id_once_and_finds_the_highest_sequence(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -89,9 +89,10 @@ class Queues:
         self._multi: dict[str, set[QueueId]] = {}
         self.groups: dict[QueueId, set[QueueId]] = {}  # default crawl's queue id → other crawls' queues of its scopes
         self._served: dict[QueueId, int] = {}  # queue → the turn it was last chosen at (round robin)
-        # queues whose head priority a turn must read: a URL of another priority than the default
-        # came in, or they were loaded (``index`` from ``load``). Every other queue's entries are all
-        # of the default priority, so a turn among such queues reads no head (few: sparse)
+        # the crawls' queues whose head priority a turn must read: a URL of another priority than
+        # the default came in, or they were loaded (``index`` from ``load``). Every other crawl
+        # queue's entries are all of the default priority, so a turn among such queues reads no
+        # head (few: sparse). The default crawl's queue of the scopes is always read (not tracked)
         self._ranked: set[QueueId] = set()
         # the queues' first entries, key and value, as in the store (bounded): a turn between
         # crawls and a send read a head from memory, told of every entry in and out
@@ -146,9 +147,13 @@ class Queues:
         before = self._queued.get(qid)
         if before is None and is_multi(qid):
             self._index(qid)
-        if entry_priority(qkey):
-            self._ranked.add(qid)
         self.heads.entered(qid, qkey, value, before or 0)
+        if priority := entry_priority(qkey):
+            if priority > 0 and before and is_multi(qid) and qid not in self._ranked:
+                # every entry of a queue known here (indexed) held the default priority: this one
+                # sorts before them all, its new head, kept for the turns that now read it
+                self.heads.first(qid, qkey, value)
+            self._ranked.add(qid)
         self._queued[qid] = count = (before or 0) + 1
         self._largest.grew(qid, count)
         self._crawl_queued[item.crawl] += 1
@@ -172,8 +177,6 @@ class Queues:
         entries' priorities (and its group's default-crawl queue's) are not known: turns read them."""
         self._index(qid)
         self._ranked.add(qid)
-        if CRAWL_SEP in qid:
-            self._ranked.add(queue_base(qid))
 
     def _index(self, qid: QueueId) -> None:
         for scope in queue_scopes(qid):
@@ -248,18 +251,19 @@ class Queues:
         heads are read from memory (:class:`Heads`; a seek only for one not kept), and the chosen
         one is there for its send."""
         waits = self._crawls.waits
-        live = [q for q in (queue_base(qid), *group) if self._queued.get(q, 0) > 0 and not waits(queue_crawl(q))]
+        base = queue_base(qid)
+        live = [q for q in (base, *group) if self._queued.get(q, 0) > 0 and not waits(queue_crawl(q))]
         if len(live) < 2:
             return qid  # nothing to share (one crawl alone on these scopes): no look at the heads
         served, ranked = self._served, self._ranked
-        if not ranked or ranked.isdisjoint(live):  # every head of the default priority: no head read
+        if live[0] != base and ranked.isdisjoint(live):  # every head of the default priority: no read
             turn = min(served.get(q, -1) for q in live)
             return next(q for q in live if served.get(q, -1) == turn)  # the first served longest ago
         best: tuple[int, int] | None = None
         chosen = qid
         head_of = self.heads.head
         for q in live:
-            if q in ranked:  # (any other holds URLs of the default priority only: its head's is 0)
+            if q in ranked or q == base:  # (any other holds URLs of the default priority only)
                 head = head_of(q)
                 if head is None:
                     continue
