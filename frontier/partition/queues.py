@@ -174,7 +174,7 @@ class Queues:
     def index(self, qid: QueueId) -> None:
         """A multi-scope (or another crawl's) queue id entered the counts from the store: index it
         under each of its scopes, and a crawl's queue in the group of its scopes' queues. Its
-        entries' priorities (and its group's default-crawl queue's) are not known: turns read them."""
+        entries' priorities are not known: a turn reads its head."""
         self._index(qid)
         self._ranked.add(qid)
 

@@ -180,6 +180,13 @@ def null_worker(stack: Stack, layout: Layout, tally: Tally, producer: Producer, 
     consumer.close()
 
 
+def own_cpu_s() -> float:
+    """User + system CPU-seconds of this process alone (its threads: the null workers), without
+    its children (the frontier, counted on its own)."""
+    t = os.times()
+    return t.user + t.system
+
+
 def thread_cpu_s(pid: int) -> Counter[str]:
     """CPU-seconds of each kind of thread of ``pid`` (``/proc/PID/task``, the thread's name up to
     a colon or a dash: ``rdk`` for librdkafka's, ``python`` for the main one), a diagnostic of where
@@ -249,15 +256,16 @@ def run_crawls(
             frontier = stack.start_frontier()
             tail.wait("ingested", n, 600, stack.check_alive)
             at, totals = tail.snapshot()
-            cpu_before = process_cpu_s(frontier.pid), process_cpu_s(os.getpid()), process_cpu_s(broker_pid)
-            threads_before = thread_cpu_s(frontier.pid)
+            cpu_before = process_cpu_s(frontier.pid), own_cpu_s(), process_cpu_s(broker_pid)
+            threads_before = thread_cpu_s(frontier.pid), thread_cpu_s(os.getpid())
             for w in workers:  # only now: the clock measures dispatch round trips, not ingest
                 w.start()
             rate = tail.rate("completed", n, 900, stack.check_alive, before=(at, totals.get("completed", 0)))
             tail.wait("completed", n, 900, stack.check_alive)
-            cpu_after = process_cpu_s(frontier.pid), process_cpu_s(os.getpid()), process_cpu_s(broker_pid)
-            threads = thread_cpu_s(frontier.pid)
-            threads.subtract(threads_before)
+            cpu_after = process_cpu_s(frontier.pid), own_cpu_s(), process_cpu_s(broker_pid)
+            threads = thread_cpu_s(frontier.pid), thread_cpu_s(os.getpid())
+            for now_, then_ in zip(threads, threads_before, strict=True):
+                now_.subtract(then_)
             rows = {r.crawl: r for r in overview(read_status(stack.client, stack.topics.status, max_age=10)).crawls}
         finally:
             stop.set()
@@ -277,7 +285,8 @@ def run_crawls(
         # CPU-seconds per 1,000 jobs from the workers' start to the last completion, each process's own accounting
         "cpu_s_per_1000_jobs_frontier": round((cpu_after[0] - cpu_before[0]) * per, 3),
         "cpu_s_per_1000_jobs_bench": round((cpu_after[1] - cpu_before[1]) * per, 3),
-        "frontier_threads_cpu_s_per_1000_jobs": {k: round(v * per, 3) for k, v in threads.most_common(6)},
+        "frontier_threads_cpu_s_per_1000_jobs": {k: round(v * per, 3) for k, v in threads[0].most_common(6)},
+        "bench_threads_cpu_s_per_1000_jobs": {k: round(v * per, 3) for k, v in threads[1].most_common(6)},
         **({"cpu_s_per_1000_jobs_broker": round((cpu_after[2] - cpu_before[2]) * per, 3)} if broker_pid else {}),
         "jobs_consumed": sum(t.jobs for t in tallies),
         "duplicates": sum(t.jobs - len(t.urls) for t in tallies),
