@@ -27,6 +27,8 @@ from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings,
 from frontier.core.kv import MemoryKV
 from frontier.core.urls import Rejection, parse_input, seen_fingerprint, url_fingerprint
 from frontier.partition import PartitionFrontier
+from frontier.partition.keys import QueueId
+from frontier.partition.queues import Queues
 from topics.schemas import (
     DEFAULT_CRAWL,
     MAX_CRAWL_CHARS,
@@ -242,6 +244,36 @@ def test_crawls_of_one_host_take_turns_under_one_delay(pair: tuple[str, str]) ->
     assert_round_robin(crawls_of(jobs), a, b)
     assert_polite(jobs)  # one delay for the host, not one per crawl: 40 sends take 39 s at least
     assert jobs[-1].not_before - jobs[0].not_before >= 39 * DELAY - EPS
+    assert f.queued() == 0 and f.inflight == 0
+
+
+def test_a_round_gives_a_host_shared_by_many_crawls_one_turn_that_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 39: each crawl's queue of a host is popped on its own; once the host's turn was given
+    in a round and could not send (its slot taken), every other crawl's queue popped in that round
+    chose and decided again (20 crawls: 20 turns a round). They follow the turn given instead: the
+    same jobs, in the same order, each crawl in turn, one delay for the host."""
+    names = [f"c{n:02d}" for n in range(20)]
+    f = make()
+    for name in names:
+        f.ingest(subs(name, "h.test", 2), 0.0)
+    turns: list[str] = []
+    choose = Queues.choose
+
+    def counting(self: Queues, qid: QueueId, group: set[QueueId]) -> QueueId:
+        turns.append(qid)
+        return choose(self, qid, group)
+
+    monkeypatch.setattr(Queues, "choose", counting)
+    first = f.dispatch(0.0).jobs
+    assert len(first) == 1
+    assert len(turns) <= 2, f"{len(turns)} turns in one round"  # the one that sent, the one that waits
+    sim = Sim(f, now=0.0, jobs=list(first))
+    for job in first:
+        heapq.heappush(sim.pending, (job.not_before + LATENCY, 1, job))
+    jobs = [*first, *sim.run(until=100.0)]
+    assert len(jobs) == 40 and len({j.item.url for j in jobs}) == 40
+    assert sorted(crawls_of(jobs[:20])) == names and sorted(crawls_of(jobs[20:])) == names  # each crawl in turn
+    assert_polite(jobs)
     assert f.queued() == 0 and f.inflight == 0
 
 

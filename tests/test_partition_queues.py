@@ -161,6 +161,41 @@ def test_a_turn_between_crawls_reads_only_the_heads_that_changed() -> None:
     assert queues.choose(base, group) == queue_id(["a.test"], late) and kv.firsts == before
 
 
+def test_a_turn_among_queues_of_the_default_priority_reads_no_head() -> None:
+    """Issue 39: a turn read the head of every crawl's queue of the host to compare priorities;
+    with more one-URL queues than the heads kept in memory (50 crawls sharing hosts), most were
+    seeks. When every live queue holds URLs of the default priority only, the turn goes round
+    robin without a read; a queue with another priority (put here, or loaded from the store,
+    whose priorities are not known) has its head read, and wins its turn as before."""
+    kv = CountingKV()
+    store = Store(kv, lambda k, v: None)
+    crawls = Crawls(0, store, FrontierConfig())
+    queues = Queues(store, crawls)
+    queues.heads.limit = 0  # nothing kept: every head a turn reads is a seek
+    names = [f"c{n:02d}" for n in range(20)]
+    for name in names:
+        put(queues, ["a.test"], url("a.test", 0, crawl=name), 0.0)
+    base = queue_id(["a.test"])
+    group = queues.groups[base]
+    order = []
+    for _ in names:
+        chosen = queues.choose(base, group)
+        order.append(chosen)
+        queues.took_turn(chosen)
+    assert kv.firsts == 0
+    assert sorted(order) == sorted(queue_id(["a.test"], n) for n in names)  # each crawl in turn
+    put(queues, ["a.test"], url("a.test", 1, crawl="c07", priority=3), 0.0)  # its head now, known as it came in
+    assert queues.choose(base, group) == queue_id(["a.test"], "c07") and kv.firsts == 0
+    again = Queues(store, Crawls(0, store, FrontierConfig()))  # a restart: the store's priorities unknown
+    again.heads.limit = 0
+    again.load(0.0, 0)
+    before = kv.firsts
+    assert again.choose(base, again.groups[base]) == queue_id(["a.test"], "c07") and kv.firsts > before
+    put(again, ["b.test"], url("b.test", 0, priority=2), 0.0)  # the default crawl's queue: always read
+    put(again, ["b.test"], url("b.test", 1, crawl="c01"), 0.0)
+    assert again.choose(queue_id(["b.test"], "c01"), again.groups[queue_id(["b.test"])]) == queue_id(["b.test"])
+
+
 def test_load_reads_each_queue_id_once_and_finds_the_highest_sequence(monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 39 (takeover): a rebuild parsed the queue id of every entry (1.25M a partition at 1M
     hosts); a queue's entries are contiguous, so its id is parsed at its first entry. The counts

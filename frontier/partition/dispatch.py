@@ -57,6 +57,11 @@ class Dispatcher:
         scheduler, groups, max_inflight = queues.scheduler, queues.groups, self._settings.max_inflight
         if revisits.next_due is not None and revisits.next_due <= now:
             revisits.requeue(now)
+        # scopes whose turn was given this round and could not send (their chosen queue waits for
+        # a response, or is due later): base queue id → that chosen queue. Nothing in a round makes
+        # a scope freer (no feedback, no expiry), so the group's other queues popped in the same
+        # round follow it without choosing and deciding again (the same outcome, O(1) a pop)
+        waiting: dict[QueueId, QueueId] = {}
         while len(out.jobs) < limit and leases.inflight < max_inflight:
             due = scheduler.pop_due(now)
             if due is None:
@@ -65,16 +70,24 @@ class Dispatcher:
             if (crawls.held or crawls.served is not None) and crawls.waits(crawl := queue_crawl(qid)):
                 queues.park(crawl, qid)  # until its crawl is resumed, or has a worker
                 continue
-            group = groups.get(queue_base(qid)) if groups else None
+            base = queue_base(qid)
+            group = groups.get(base) if groups else None
             if not group:
                 self._serve(qid, now, out)
+                continue
+            chosen = waiting.get(base)
+            if chosen is not None and chosen != qid:
+                self._follow(qid, chosen, now)
                 continue
             # other crawls queue URLs of these scopes: the turn goes to one of them, and the queue
             # popped follows it (the same scopes decide the same: sent, due later, or waiting)
             chosen = queues.choose(qid, group)
             if chosen != qid:
                 scheduler.discard(chosen)  # served now: where it goes next is what serving it says
+            sent = len(out.jobs) + len(out.reports)
             self._serve(chosen, now, out)
+            if sent == len(out.jobs) + len(out.reports) and self._waits(chosen, now):
+                waiting[base] = chosen
             if chosen != qid:
                 self._follow(qid, chosen, now)
         if self._reports.has_unreported():
@@ -146,6 +159,14 @@ class Dispatcher:
             queues.scheduler.schedule(qid, now)
         else:
             queues.forget(qid)  # its last URL went: it leaves now (not at a pop that finds it empty)
+
+    def _waits(self, qid: QueueId, now: float) -> bool:
+        """Whether ``qid``, just served without a send, waits past ``now``: a waiter, or due later."""
+        queues = self._queues
+        if queues.count(qid) <= 0:
+            return False
+        at = queues.scheduler.scheduled_at(qid)
+        return at is None or at > now
 
     def _follow(self, qid: QueueId, chosen: QueueId, now: float) -> None:
         """``qid`` lost its turn to ``chosen`` (its scopes'): it goes when ``chosen`` goes next, or,

@@ -86,6 +86,12 @@ class Heads:
         if self._n > self.limit:
             self._evict(0)
 
+    def first(self, qid: QueueId, key: bytes, value: bytes) -> None:
+        """``key`` (just written, after :meth:`entered`) sorts before every other entry of ``qid``:
+        its head, kept even when nothing of the queue was (the entries after it are read later)."""
+        if qid not in self._lists:
+            self._keep(qid, [(key, value)])
+
     def left(self, qid: QueueId, key: bytes) -> None:
         """``key`` of ``qid`` was deleted from the store."""
         kept = self._lists.get(qid)

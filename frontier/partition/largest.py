@@ -53,10 +53,11 @@ class Largest:
         """The ``n`` largest queues and their counts, largest first."""
         counts = self._counts
         if n <= self.keep and self.floor is not None and len(counts) > 2 * self.keep:
-            get = counts.get
-            ranked = sorted(((q, get(q, 0)) for q in self._top), key=_count, reverse=True)
-            if len(ranked) >= n and ranked[n - 1][1] >= max(1, self.floor):
-                return ranked[:n]
+            # sorted by the Counter's own lookup (C calls only: a gone queue reads 0), and pairs
+            # made for the n kept (it ran every status snapshot over up to 2 * keep candidates)
+            ranked = sorted(self._top, key=counts.__getitem__, reverse=True)[:n]
+            if len(ranked) >= n and counts[ranked[-1]] >= max(1, self.floor):
+                return [(q, counts[q]) for q in ranked]
         return self._rank(n)
 
     def _rank(self, n: int) -> list[tuple[QueueId, int]]:

@@ -88,6 +88,11 @@ class Queues:
         self._multi: dict[str, set[QueueId]] = {}
         self.groups: dict[QueueId, set[QueueId]] = {}  # default crawl's queue id → other crawls' queues of its scopes
         self._served: dict[QueueId, int] = {}  # queue → the turn it was last chosen at (round robin)
+        # the crawls' queues whose head priority a turn must read: a URL of another priority than
+        # the default came in, or they were loaded (``index`` from ``load``). Every other crawl
+        # queue's entries are all of the default priority, so a turn among such queues reads no
+        # head (few: sparse). The default crawl's queue of the scopes is always read (not tracked)
+        self._ranked: set[QueueId] = set()
         # the queues' first entries, key and value, as in the store (bounded): a turn between
         # crawls and a send read a head from memory, told of every entry in and out
         self.heads = Heads(self._kv)
@@ -140,8 +145,14 @@ class Queues:
         self._store.put(qkey, value)
         before = self._queued.get(qid)
         if before is None and is_multi(qid):
-            self.index(qid)
+            self._index(qid)
         self.heads.entered(qid, qkey, value, before or 0)
+        if priority := entry_priority(qkey):
+            if priority > 0 and before and is_multi(qid) and qid not in self._ranked:
+                # every entry of a queue known here (indexed) held the default priority: this one
+                # sorts before them all, its new head, kept for the turns that now read it
+                self.heads.first(qid, qkey, value)
+            self._ranked.add(qid)
         self._queued[qid] = count = (before or 0) + 1
         self._largest.grew(qid, count)
         self._crawl_queued[item.crawl] += 1
@@ -160,8 +171,13 @@ class Queues:
         self._crawl_queued[queue_crawl(qid)] -= 1
 
     def index(self, qid: QueueId) -> None:
-        """A multi-scope (or another crawl's) queue id entered the counts: index it under each of
-        its scopes, and a crawl's queue in the group of its scopes' queues."""
+        """A multi-scope (or another crawl's) queue id entered the counts from the store: index it
+        under each of its scopes, and a crawl's queue in the group of its scopes' queues. Its
+        entries' priorities are not known: a turn reads its head."""
+        self._index(qid)
+        self._ranked.add(qid)
+
+    def _index(self, qid: QueueId) -> None:
         for scope in queue_scopes(qid):
             self._multi.setdefault(scope, set()).add(qid)
         if CRAWL_SEP in qid:
@@ -184,6 +200,7 @@ class Queues:
                     if not group:
                         del self.groups[base]
         self._served.pop(qid, None)
+        self._ranked.discard(qid)
         self.heads.drop(qid)
 
     def emptied(self, qid: QueueId, n: int) -> None:
@@ -228,21 +245,30 @@ class Queues:
     def choose(self, qid: QueueId, group: set[QueueId]) -> QueueId:
         """The queue that takes this turn of ``qid``'s scopes: among the crawls' queues of the
         same scopes that are not held, the highest priority at the head, then the one served
-        longest ago (round robin: :meth:`took_turn` stamps a queue when it sends). The heads are
-        read from memory (:class:`Heads`; a seek only for one not kept), and the chosen one is
-        there for its send."""
+        longest ago (round robin: :meth:`took_turn` stamps a queue when it sends). No head is read
+        when every live queue holds URLs of the default priority only (the common case); else the
+        heads are read from memory (:class:`Heads`; a seek only for one not kept), and the chosen
+        one is there for its send."""
         waits = self._crawls.waits
-        live = [q for q in (queue_base(qid), *group) if self._queued.get(q, 0) > 0 and not waits(queue_crawl(q))]
+        base = queue_base(qid)
+        live = [q for q in (base, *group) if self._queued.get(q, 0) > 0 and not waits(queue_crawl(q))]
         if len(live) < 2:
             return qid  # nothing to share (one crawl alone on these scopes): no look at the heads
+        served, ranked = self._served, self._ranked
+        if live[0] != base and ranked.isdisjoint(live):  # every head of the default priority: no read
+            turn = min(served.get(q, -1) for q in live)
+            return next(q for q in live if served.get(q, -1) == turn)  # the first served longest ago
         best: tuple[int, int] | None = None
         chosen = qid
-        head_of, served = self.heads.head, self._served
+        head_of = self.heads.head
         for q in live:
-            head = head_of(q)
-            if head is None:
-                continue
-            rank = (entry_priority(head[0]), -served.get(q, -1))
+            if q in ranked or q == base:  # (any other holds URLs of the default priority only)
+                head = head_of(q)
+                if head is None:
+                    continue
+                rank = (entry_priority(head[0]), -served.get(q, -1))
+            else:
+                rank = (0, -served.get(q, -1))
             if best is None or rank > best:
                 best, chosen = rank, q
         return chosen

@@ -16,6 +16,7 @@ URL to have come once, and the default crawl's jobs topic to have stayed empty.
 
 from __future__ import annotations
 
+import os
 import re
 import tempfile
 import threading
@@ -31,9 +32,10 @@ from confluent_kafka.cimpl import NewTopic
 from frontier.client.feed import read_status
 from frontier.client.status import overview
 from frontier.demo.stack import Stack
-from tests.bench.common import broker, measure_rate, parser, report, size, snapshot, wait_total
+from tests.bench.common import broker, parser, process_cpu_s, report, size
 from tests.bench.dispatch import answer, jobs_consumer
 from tests.bench.kafka_ceiling import echo_loop
+from tests.bench.status_tail import StatusTail
 from topics.admin import create_crawl_jobs
 from topics.catalog import JOBS
 from topics.kafka import Kafka
@@ -178,6 +180,29 @@ def null_worker(stack: Stack, layout: Layout, tally: Tally, producer: Producer, 
     consumer.close()
 
 
+def own_cpu_s() -> float:
+    """User + system CPU-seconds of this process alone (its threads: the null workers), without
+    its children (the frontier, counted on its own)."""
+    t = os.times()
+    return t.user + t.system
+
+
+def thread_cpu_s(pid: int) -> Counter[str]:
+    """CPU-seconds of each kind of thread of ``pid`` (``/proc/PID/task``, the thread's name up to
+    a colon or a dash: ``rdk`` for librdkafka's, ``python`` for the main one), a diagnostic of where
+    a process's CPU goes that a profiler holding the GIL does not see."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    out: Counter[str] = Counter()
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            comm = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        out[re.split(r"[:\-]", comm, maxsplit=1)[0]] += (int(fields[11]) + int(fields[12])) / ticks
+    return out
+
+
 def records_on(stack: Stack, topic: str) -> int:
     """Offsets used on ``topic`` (records and transaction markers): 0 when nothing was written."""
     consumer = Consumer({**stack.client, "group.id": f"{stack.app_id}-bench-watermarks"})
@@ -201,12 +226,13 @@ def make_jobs_topics(stack: Stack, names: list[str], partitions: int) -> None:
 
 
 def run_crawls(
-    bootstrap: str, layout: Layout, job_partitions: int = 0, pool_feedback: bool = False
+    bootstrap: str, layout: Layout, job_partitions: int = 0, pool_feedback: bool = False, broker_pid: int = 0
 ) -> tuple[float, dict[str, object]]:
     """Jobs/s over the middle 90 % of the run, one frontier, one null worker per crawl; and the
     checks. Diagnostics: ``job_partitions``, the crawls' jobs topics have that many partitions
     (0: the frontier's partition count, as the frontier and the workers make them);
-    ``pool_feedback``, the workers' feedback goes out through one :class:`FeedbackPool`."""
+    ``pool_feedback``, the workers' feedback goes out through one :class:`FeedbackPool`;
+    ``broker_pid``, that process's CPU is measured too (a broker of this machine)."""
     n = layout.n
     with tempfile.TemporaryDirectory(prefix="bench-crawls-") as tmp:
         stack = Stack(bootstrap, Path(tmp), prefix=f"b{uuid.uuid4().hex[:6]}.", partitions=PARTITIONS,
@@ -225,15 +251,21 @@ def run_crawls(
                    for t in tallies]  # fmt: skip
         if pool is not None:
             workers.append(threading.Thread(target=pool.run, args=(stop,), name="feedback"))
+        tail = StatusTail(stack.client, stack.topics.status)  # polled while it runs: only what is new is read
         try:
-            stack.start_frontier()
-            wait_total(bootstrap, stack.topics.status, "ingested", n, 600, stack.check_alive)
-            at, totals = snapshot(bootstrap, stack.topics.status)
+            frontier = stack.start_frontier()
+            tail.wait("ingested", n, 600, stack.check_alive)
+            at, totals = tail.snapshot()
+            cpu_before = process_cpu_s(frontier.pid), own_cpu_s(), process_cpu_s(broker_pid)
+            threads_before = thread_cpu_s(frontier.pid), thread_cpu_s(os.getpid())
             for w in workers:  # only now: the clock measures dispatch round trips, not ingest
                 w.start()
-            rate = measure_rate(bootstrap, stack.topics.status, "completed", 0, n, 900, stack.check_alive,
-                                before=(at, totals.get("completed", 0)))  # fmt: skip
-            wait_total(bootstrap, stack.topics.status, "completed", n, 900, stack.check_alive)
+            rate = tail.rate("completed", n, 900, stack.check_alive, before=(at, totals.get("completed", 0)))
+            tail.wait("completed", n, 900, stack.check_alive)
+            cpu_after = process_cpu_s(frontier.pid), own_cpu_s(), process_cpu_s(broker_pid)
+            threads = thread_cpu_s(frontier.pid), thread_cpu_s(os.getpid())
+            for now_, then_ in zip(threads, threads_before, strict=True):
+                now_.subtract(then_)
             rows = {r.crawl: r for r in overview(read_status(stack.client, stack.topics.status, max_age=10)).crawls}
         finally:
             stop.set()
@@ -241,13 +273,21 @@ def run_crawls(
                 if w.is_alive():
                     w.join()
             producer.flush(30)
+            tail.close()
             on_default = records_on(stack, stack.topics.jobs)
             stack.stop_all()
         log = stack.log("frontier").splitlines()
         errors = [line for line in log if ERRORS.search(line)]
         warnings = [line for line in log if "WARNING" in line]
     completed = {c: rows[c].completed if c in rows else 0 for c in names}
+    per = 1000.0 / max(n, 1)
     return rate, {
+        # CPU-seconds per 1,000 jobs from the workers' start to the last completion, each process's own accounting
+        "cpu_s_per_1000_jobs_frontier": round((cpu_after[0] - cpu_before[0]) * per, 3),
+        "cpu_s_per_1000_jobs_bench": round((cpu_after[1] - cpu_before[1]) * per, 3),
+        "frontier_threads_cpu_s_per_1000_jobs": {k: round(v * per, 3) for k, v in threads[0].most_common(6)},
+        "bench_threads_cpu_s_per_1000_jobs": {k: round(v * per, 3) for k, v in threads[1].most_common(6)},
+        **({"cpu_s_per_1000_jobs_broker": round((cpu_after[2] - cpu_before[2]) * per, 3)} if broker_pid else {}),
         "jobs_consumed": sum(t.jobs for t in tallies),
         "duplicates": sum(t.jobs - len(t.urls) for t in tallies),
         "feedback_records": sum(t.feedback_records for t in tallies) + (pool.records if pool is not None else 0),
@@ -281,13 +321,14 @@ def main() -> None:
         action="store_true",
         help="diagnostic: one sender batches all the crawls' feedback every 0.1 s",
     )
+    p.add_argument("--broker-pid", type=int, default=0, help="with --bootstrap: the broker's process, its CPU measured")
     args = p.parse_args()
     domains = size(args, smoke=200, default=20_000, full=100_000)
     per_domain = size(args, smoke=2, default=5, full=5)
     layout = Layout(crawls=args.crawls, domains=domains, per_domain=per_domain)
     with broker(args) as bootstrap:
         ceiling = echo_loop(bootstrap, min(layout.n, 200_000))
-        rate, checks = run_crawls(bootstrap, layout, args.job_partitions, args.pool_feedback)
+        rate, checks = run_crawls(bootstrap, layout, args.job_partitions, args.pool_feedback, args.broker_pid)
     report("crawls", crawls=layout.crawls, shared_crawls=layout.shared, alone_crawls=layout.crawls - layout.shared,
            job_partitions=args.job_partitions or PARTITIONS, pool_feedback=args.pool_feedback, domains=domains,
            jobs=layout.n, jobs_per_s=round(rate), kafka_ceiling_per_s=round(ceiling),
