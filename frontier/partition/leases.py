@@ -104,11 +104,8 @@ class Leases:
         # the gap this send was timed with (before the send changes the state: the last request of
         # a budget's turn test ends the test, and the state after it has the slowed-down delay,
         # which would hold that request back at the worker)
-        scope_parts = self._scopes
-        host_state, host_settings = scope_parts.state(scopes[0]), scope_parts.scope_settings(scopes[0])
         sent = policy.Sent(not_before, u=self._rng.random(), cost=item.cost if kind == "page" else 0.0)
-        for scope in scopes:
-            scope_parts.apply(scope, sent, now)
+        host_state, min_gap, floor = self._scopes.send(scopes, sent, now)
         heapq.heappush(self._deadlines, (deadline, lease_id))
         self.inflight += 1
         crawl_inflight = self._crawl_inflight
@@ -122,8 +119,8 @@ class Leases:
             "kind": kind,
             "not_before": not_before,
             "expires_at": expires_at,
-            "min_gap": policy.delay(host_state, host_settings),
-            "floor": policy.floor(host_state, host_settings),
+            "min_gap": min_gap,
+            "floor": floor,
             "timeout": settings.fetch_timeout,
             "retries_left": self._retries_left(item, host_state, now) if kind == "page" else 0,
         }
