@@ -57,7 +57,7 @@ class Dispatcher:
         scheduler, groups, max_inflight = queues.scheduler, queues.groups, self._settings.max_inflight
         if revisits.next_due is not None and revisits.next_due <= now:
             revisits.requeue(now)
-        while len(out.jobs) < limit and leases.inflight < max_inflight:
+        while len(out.records) < limit and leases.inflight < max_inflight:
             due = scheduler.pop_due(now)
             if due is None:
                 break

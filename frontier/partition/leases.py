@@ -16,7 +16,6 @@ from __future__ import annotations
 import heapq
 import random
 from collections import Counter
-from typing import Any
 
 import msgspec
 
@@ -36,7 +35,7 @@ from frontier.partition.robots import RobotsCache
 from frontier.partition.scopes import Scopes
 from frontier.partition.seen import SeenSet
 from frontier.partition.store import Store
-from topics.schemas import CRAWLS_VERSION, DEFAULT_CRAWL, SCHEMA_VERSION, EncodedJob, Feedback, Job, UrlItem
+from topics.schemas import CRAWLS_VERSION, DEFAULT_CRAWL, SCHEMA_VERSION, EncodedJob, Feedback, UrlItem
 
 
 class Leases:
@@ -113,18 +112,11 @@ class Leases:
         self._stats.dispatched += 1
         if kind == "page":
             self._crawls.record(item.crawl).dispatched += 1
-        terms: dict[str, Any] = {
-            "v": SCHEMA_VERSION if item.crawl == DEFAULT_CRAWL else CRAWLS_VERSION,
-            "lease": lease_id,
-            "kind": kind,
-            "not_before": not_before,
-            "expires_at": expires_at,
-            "min_gap": min_gap,
-            "floor": floor,
-            "timeout": settings.fetch_timeout,
-            "retries_left": self._retries_left(item, host_state, now) if kind == "page" else 0,
-        }
-        out.add(Job(item=item, **terms), EncodedJob(item=msgspec.Raw(raw), **terms))
+        job = EncodedJob(v=SCHEMA_VERSION if item.crawl == DEFAULT_CRAWL else CRAWLS_VERSION, lease=lease_id, kind=kind,
+                         not_before=not_before, expires_at=expires_at, min_gap=min_gap, floor=floor,
+                         timeout=settings.fetch_timeout, item=msgspec.Raw(raw),
+                         retries_left=self._retries_left(item, host_state, now) if kind == "page" else 0)  # fmt: skip
+        out.add(job, item.crawl, item.host)
 
     def _retries_left(self, item: UrlItem, host: policy.ScopeState, now: float) -> int:
         s = self._settings

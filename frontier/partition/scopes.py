@@ -50,6 +50,9 @@ class Scopes:
         self._waiters = waiters
         self.on_change = on_change
         self._states: LRU[str, policy.ScopeState] = LRU(STATE_CACHE)  # decoded states over H<scope>
+        # scope → (its latest state, the settings, that state's delay) as the change hook last computed
+        # it: the next event's "before" (cleared past STATE_CACHE entries)
+        self._delays: dict[str, tuple[policy.ScopeState, ScopeSettings, float]] = {}
         # operators' overrides by name (at most MAX_OVERRIDES); a scope finds the ones covering it
         # by looking up its own dot-suffixes, so their number does not slow dispatch
         self._overrides: dict[str, Override] = {}
@@ -162,7 +165,9 @@ class Scopes:
             self._apply(scope, event, now)
         return old, (before if before is not None else policy.delay(old, s)), policy.floor(old, s)
 
-    def _apply(self, scope: str, event: policy.Event, now: float) -> tuple[policy.ScopeState, ScopeSettings, float | None]:
+    def _apply(
+        self, scope: str, event: policy.Event, now: float
+    ) -> tuple[policy.ScopeState, ScopeSettings, float | None]:
         """Apply ``event``; returns the state and settings before it, and the delay before it when
         the change hook needed it (None: not computed)."""
         s = self.scope_settings(scope)
@@ -172,7 +177,12 @@ class Scopes:
         self._states.put(scope, new)
         if self.on_change is None:
             return old, s, None
-        before, after = policy.delay(old, s), policy.delay(new, s)
+        known = self._delays.get(scope)
+        before = known[2] if known is not None and known[0] is old and known[1] is s else policy.delay(old, s)
+        after = policy.delay(new, s)
+        if len(self._delays) >= STATE_CACHE:
+            self._delays.clear()
+        self._delays[scope] = (new, s, after)
         if abs(before - after) > 1e-9 or new.gate_until != old.gate_until:
             cause, kind = new.cause, new.cause_kind or Cause.OTHER
             if new.gate_until > max(old.gate_until, now):
