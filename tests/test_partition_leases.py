@@ -5,6 +5,8 @@ expiry, a client's hold, report leases."""
 import random
 from dataclasses import dataclass
 
+import msgspec
+
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import MemoryKV
 from frontier.partition.crawls import Crawls
@@ -94,6 +96,26 @@ def test_a_result_settles_the_url_and_closes_the_lease() -> None:
     assert p.seen.state(item) == SEEN_DONE and p.kv.get(lease_key(lease_id)) is None
     assert p.leases.inflight == 0 and p.scopes.state("a.test").inflight == 0 and p.stats.fetched == 1
     assert not p.leases.feedback(fb, 2.0) and p.stats.stale_feedback == 1  # its lease is closed
+
+
+def test_a_result_and_a_closed_leases_deadline_read_no_lease_from_the_store() -> None:
+    """Issue 39: an open job lease is kept as stored, decoded, in memory; the store is read for a
+    lease only once it was written again (a client's hold)."""
+    p = make()
+    reads: list[bytes] = []
+    get = p.kv.get
+    p.kv.get = lambda key: reads.append(key) or get(key)  # type: ignore[method-assign]
+    item = url(1)
+    lease_id = leased(p, item, 0.0)
+    fb = Feedback(lease=lease_id, host="a.test", domain="a.test", url=item.url, outcome="fetched", status=200)
+    assert p.leases.feedback(fb, 1.0) and p.stats.fetched == 1
+    assert p.leases.expire(1000.0) == 0  # its deadline passed: closed, nothing read
+    assert not [key for key in reads if key[:1] == LEASE]
+    held = leased(p, url(2), 2.0)
+    assert p.leases.hold(held, 500.0)
+    reads.clear()
+    assert not p.leases.feedback(msgspec.structs.replace(fb, lease=held, outcome="expired"), 3.0)  # held: as stored
+    assert reads == [lease_key(held)] and p.stats.stale_feedback == 1 and p.leases.inflight == 1
 
 
 def test_a_lost_lease_is_queued_again_then_reported_past_max_retries() -> None:

@@ -68,16 +68,15 @@ def classify(status: int, error: str, trigger: bool, announced: bool) -> str:
     return SUCCESS
 
 
-def on_sent(state: ScopeState, at: float, current: float) -> ScopeState:
-    """Track the real sending interval (an EWMA of gaps, idle gaps capped) and relapse counting."""
-    rep = msgspec.structs.replace
+def sent_fields(state: ScopeState, at: float, current: float) -> tuple[float, int]:
+    """A send's ``(gap, returned)``: the real sending interval (an EWMA of gaps, idle gaps capped)
+    and relapse counting (the policy sets them with the send's other fields, in one copy)."""
     gap = state.gap
     # gaps the server imposed (a gate) or an outage stretched say nothing about our sending rate
     if state.last_sent >= 0 and at > state.last_sent and state.gate_until <= state.last_sent and not state.trouble:
         sample = min(at - state.last_sent, 2 * current + 1.0)
         gap = sample if gap < 0 else (1 - GAP_WEIGHT) * gap + GAP_WEIGHT * sample
-    returned = state.returned + 1 if 0 <= state.returned < RELAPSE else -1
-    return rep(state, gap=gap, returned=returned)
+    return gap, state.returned + 1 if 0 <= state.returned < RELAPSE else -1
 
 
 def interval(state: ScopeState, current: float) -> float:

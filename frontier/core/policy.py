@@ -205,10 +205,11 @@ def apply(state: ScopeState, event: Event, now: float, s: ScopeSettings) -> Scop
                 used, start = 0.0, now
             used += event.cost
         srv = state.srv_remaining - 1 if state.srv_remaining > 0 and now < state.srv_until else state.srv_remaining
-        state = budget.on_sent(adapt.on_sent(state, event.at, delay(state, s)), event.at)
+        gap, returned = adapt.sent_fields(state, event.at, delay(state, s))
+        state = budget.on_sent(state, event.at)
         return rep(state, inflight=state.inflight + 1, last_sent=max(state.last_sent, event.at), jitter_u=event.u,
                    quota_used=used, quota_start=start, srv_remaining=srv, ru_sent=state.ru_sent + 1,
-                   sent_total=state.sent_total + 1)  # fmt: skip
+                   sent_total=state.sent_total + 1, gap=gap, returned=returned)  # fmt: skip
     if isinstance(event, Lost):
         return rep(state, inflight=max(0, state.inflight - 1))
     if isinstance(event, Robots):
@@ -254,8 +255,9 @@ def _done(state: ScopeState, ev: Done, now: float, s: ScopeSettings) -> ScopeSta
     elif not trigger and ev.status and not ev.error and state.failing_since >= 0:
         state = rep(state, failing_since=-1.0)
     # Hard gates: Retry-After (trigger responses only) or RateLimit remaining=0.
-    gate = gate_seconds(ev.status, ev.headers, trigger, now)
-    rl = ratelimit(ev.headers, now)
+    headers = ev.headers
+    gate = gate_seconds(ev.status, headers, trigger, now) if headers else None  # (no header: nothing said)
+    rl = ratelimit(headers, now) if headers else None
     if rl is not None and rl.reset > s.gate_max:  # a reset from outside: at most gate_max away (frontier.core.caps)
         rl = dataclasses.replace(rl, reset=capped_seconds(rl.reset, s.gate_max))
     if gate is not None:

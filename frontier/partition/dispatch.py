@@ -62,7 +62,7 @@ class Dispatcher:
         # a scope freer (no feedback, no expiry), so the group's other queues popped in the same
         # round follow it without choosing and deciding again (the same outcome, O(1) a pop)
         waiting: dict[QueueId, QueueId] = {}
-        while len(out.jobs) < limit and leases.inflight < max_inflight:
+        while len(out.records) < limit and leases.inflight < max_inflight:
             due = scheduler.pop_due(now)
             if due is None:
                 break

@@ -6,7 +6,8 @@ are acknowledged, so a job in a worker's hands always has a recorded lease.
 Interface: ``lease`` (dispatch's), ``feedback``, ``hold``/``hold_in_turn`` (a client's
 hand-out), ``expire``, ``end`` (a lease closed with no result), ``next_deadline``, ``inflight``,
 ``crawl_inflight``, ``load``. Owns: the ``L`` keys of jobs, the deadlines' heap, the counts in
-flight. Depends on: the store, the settings, ``Crawls``, ``SeenSet``, ``Queues``, ``Scopes``,
+flight, and each open job lease as stored (so a result needs no read of the store). Depends on: the
+store, the settings, ``Crawls``, ``SeenSet``, ``Queues``, ``Scopes``,
 ``RobotsCache``, ``Revisits``, ``Recorded``, ``LeaseIds`` and ``Reports``, and ``Stats``.
 """
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 import heapq
 import random
 from collections import Counter
-from typing import Any
 
 import msgspec
 
@@ -35,7 +35,7 @@ from frontier.partition.robots import RobotsCache
 from frontier.partition.scopes import Scopes
 from frontier.partition.seen import SeenSet
 from frontier.partition.store import Store
-from topics.schemas import CRAWLS_VERSION, DEFAULT_CRAWL, SCHEMA_VERSION, EncodedJob, Feedback, Job, UrlItem
+from topics.schemas import CRAWLS_VERSION, DEFAULT_CRAWL, SCHEMA_VERSION, EncodedJob, Feedback, UrlItem
 
 
 class Leases:
@@ -60,6 +60,10 @@ class Leases:
         self._ids = ids
         self._reports = reports
         self._deadlines: list[tuple[float, str]] = []  # (deadline, lease id), lazily pruned
+        # every open job lease (page, robots): id → the lease as stored, decoded, or None when it was
+        # written again since (a client's hold: read it from the store). At most the leases in flight
+        # (max_inflight): a result or an expiry finds its lease without a read and a decode
+        self._open: dict[str, Lease[UrlItem] | None] = {}
         self.inflight = 0
         self._crawl_inflight: Counter[str] = Counter()  # crawl → jobs in flight
 
@@ -92,34 +96,27 @@ class Leases:
         lease = Lease(qkey=qkey, item=msgspec.Raw(raw), deadline=deadline, scopes=scopes, kind=kind,
                       dispatched_at=not_before, site=site)  # fmt: skip
         self._store.put(lease_key(lease_id), encoder.encode(lease))
+        self._open[lease_id] = Lease(qkey=qkey, item=item, deadline=deadline, scopes=scopes, kind=kind,
+                                     dispatched_at=not_before, site=site)  # fmt: skip
         if qkey:
             self._store.delete(qkey)
         # the gap this send was timed with (before the send changes the state: the last request of
         # a budget's turn test ends the test, and the state after it has the slowed-down delay,
         # which would hold that request back at the worker)
-        scope_parts = self._scopes
-        host_state, host_settings = scope_parts.state(scopes[0]), scope_parts.scope_settings(scopes[0])
-        u = self._rng.random()
-        for scope in scopes:
-            scope_parts.apply(scope, policy.Sent(not_before, u=u, cost=item.cost if kind == "page" else 0.0), now)
+        sent = policy.Sent(not_before, u=self._rng.random(), cost=item.cost if kind == "page" else 0.0)
+        host_state, min_gap, floor = self._scopes.send(scopes, sent, now)
         heapq.heappush(self._deadlines, (deadline, lease_id))
         self.inflight += 1
-        self._crawl_inflight[item.crawl] += 1
+        crawl_inflight = self._crawl_inflight
+        crawl_inflight[item.crawl] = crawl_inflight.get(item.crawl, 0) + 1
         self._stats.dispatched += 1
         if kind == "page":
             self._crawls.record(item.crawl).dispatched += 1
-        terms: dict[str, Any] = {
-            "v": SCHEMA_VERSION if item.crawl == DEFAULT_CRAWL else CRAWLS_VERSION,
-            "lease": lease_id,
-            "kind": kind,
-            "not_before": not_before,
-            "expires_at": expires_at,
-            "min_gap": policy.delay(host_state, host_settings),
-            "floor": policy.floor(host_state, host_settings),
-            "timeout": settings.fetch_timeout,
-            "retries_left": self._retries_left(item, host_state, now) if kind == "page" else 0,
-        }
-        out.add(Job(item=item, **terms), EncodedJob(item=msgspec.Raw(raw), **terms))
+        job = EncodedJob(v=SCHEMA_VERSION if item.crawl == DEFAULT_CRAWL else CRAWLS_VERSION, lease=lease_id, kind=kind,
+                         not_before=not_before, expires_at=expires_at, min_gap=min_gap, floor=floor,
+                         timeout=settings.fetch_timeout, item=msgspec.Raw(raw),
+                         retries_left=self._retries_left(item, host_state, now) if kind == "page" else 0)  # fmt: skip
+        out.add(job, item.crawl, item.host)
 
     def _retries_left(self, item: UrlItem, host: policy.ScopeState, now: float) -> int:
         s = self._settings
@@ -128,8 +125,10 @@ class Leases:
     def feedback(self, fb: Feedback, now: float) -> bool:
         """Apply one worker result; return False for stale feedback (lease already closed)."""
         key = lease_key(fb.lease)
-        raw = self._kv.get(key)
-        lease = lease_dec.decode(raw) if raw is not None else None
+        lease = self._open.get(fb.lease)
+        if lease is None:  # (held since it went out, or not a job's lease: as stored)
+            raw = self._kv.get(key)
+            lease = lease_dec.decode(raw) if raw is not None else None
         stats = self._stats
         if lease is None or lease.kind in REPORT_KINDS:
             stats.stale_feedback += 1
@@ -184,6 +183,7 @@ class Leases:
         for scope in lease.scopes:
             self._scopes.apply(scope, event, now)
         self._store.delete(key)
+        self._open.pop(fb.lease, None)
         self._closed(lease, now)
         return True
 
@@ -205,6 +205,7 @@ class Leases:
         held.held_until = until
         held.deadline = release if 0 < release < until and not held.released_at else until
         self._store.put(key, encoder.encode(held))
+        self._open[lease_id] = None  # (as stored now)
         heapq.heappush(self._deadlines, (held.deadline, lease_id))
         return True
 
@@ -238,6 +239,7 @@ class Leases:
         if not lease.released_at:
             self._free_slot(lease, sent_at, now)
         self._store.delete(key)
+        self._open.pop(lease_of(key), None)
         self._closed(lease, now)
 
     def _free_slot(self, lease: Lease[UrlItem], sent_at: float, now: float) -> None:
@@ -256,6 +258,7 @@ class Leases:
         held.released_at = at
         held.deadline = held.held_until
         self._store.put(key, encoder.encode(held))
+        self._open[lease_id] = None  # (as stored now)
         heapq.heappush(self._deadlines, (held.deadline, lease_id))
         self._wake_scopes(lease, now)
 
@@ -285,10 +288,13 @@ class Leases:
         stats = self._stats
         while self._deadlines and self._deadlines[0][0] <= now:
             _, lease_id = heapq.heappop(self._deadlines)
+            if lease_id not in self._open:
+                continue  # feedback already closed it
             key = lease_key(lease_id)
             raw = self._kv.get(key)
             if raw is None:
-                continue  # feedback already closed it
+                self._open.pop(lease_id, None)
+                continue
             lease = lease_dec.decode(raw)
             if lease.deadline > now:
                 heapq.heappush(self._deadlines, (lease.deadline, lease_id))  # held longer since (a client's hold)
@@ -322,6 +328,7 @@ class Leases:
             for scope in lease.scopes if not lease.released_at else ():
                 self._scopes.apply(scope, policy.Lost(), now)
             self._store.delete(key)
+            self._open.pop(lease_id, None)
             self._closed(lease, now)
             stats.lost += 1
             expired += 1
@@ -365,6 +372,7 @@ class Leases:
                 self._reports.restore(lease_of(key))  # its page may never have gone out
                 continue
             heapq.heappush(self._deadlines, (lease.deadline, lease_of(key)))
+            self._open[lease_of(key)] = lease
             self.inflight += 1
             self._crawl_inflight[lease.item.crawl] += 1
             if self._crawls.get(lease.item.crawl) is None:

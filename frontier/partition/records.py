@@ -113,16 +113,29 @@ class Report:
 
 @dataclass
 class Dispatch:
-    jobs: list[Job] = field(default_factory=list)
-    records: list[bytes] = field(default_factory=list)  # jobs[i] encoded (the item's queued bytes spliced in)
+    """What a dispatch round hands the service. Each job is kept as it goes on its topic: its
+    record (the item's queued bytes spliced in) and its route, ``(crawl, host, kind)``: its topic,
+    its key and its count. :attr:`jobs` decodes them (tests, in-process callers): a round makes no
+    :class:`Job` object."""
+
+    records: list[bytes] = field(default_factory=list)  # each job encoded
+    routes: list[tuple[str, str, str]] = field(default_factory=list)  # records[i]'s (crawl, host, kind)
     reports: list[Report] = field(default_factory=list)  # final pages of URLs never fetched
     # new URLs the round found (a site's sitemaps, from its robots.txt): published on crawl.urls, in the
     # round's transaction, to go through intake like any submission
     submissions: list[Submission] = field(default_factory=list)
+    _jobs: list[Job] = field(default_factory=list, repr=False, compare=False)
 
-    def add(self, job: Job, record: EncodedJob) -> None:
-        self.jobs.append(job)
+    def add(self, record: EncodedJob, crawl: str, host: str) -> None:
         self.records.append(encoder.encode(record))
+        self.routes.append((crawl, host, record.kind))
+
+    @property
+    def jobs(self) -> list[Job]:
+        """The jobs, decoded from their records (once)."""
+        if len(self._jobs) != len(self.records):
+            self._jobs = [job_dec.decode(record) for record in self.records]
+        return self._jobs
 
     @property
     def disallowed(self) -> list[Page]:
@@ -132,6 +145,7 @@ class Dispatch:
 
 encoder = msgspec.json.Encoder()
 item_dec = msgspec.json.Decoder(UrlItem)
+job_dec = msgspec.json.Decoder(Job)
 lease_dec = msgspec.json.Decoder(Lease[UrlItem])
 lease_raw_dec = msgspec.json.Decoder(Lease[msgspec.Raw])
 override_dec = msgspec.json.Decoder(Override)

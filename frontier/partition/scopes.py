@@ -50,6 +50,9 @@ class Scopes:
         self._waiters = waiters
         self.on_change = on_change
         self._states: LRU[str, policy.ScopeState] = LRU(STATE_CACHE)  # decoded states over H<scope>
+        # scope → (its latest state, the settings, that state's delay) as the change hook last computed
+        # it: the next event's "before" (cleared past STATE_CACHE entries)
+        self._delays: dict[str, tuple[policy.ScopeState, ScopeSettings, float]] = {}
         # operators' overrides by name (at most MAX_OVERRIDES); a scope finds the ones covering it
         # by looking up its own dot-suffixes, so their number does not slow dispatch
         self._overrides: dict[str, Override] = {}
@@ -152,18 +155,40 @@ class Scopes:
         return list(itertools.islice(reversed(self._states), n))
 
     def apply(self, scope: str, event: policy.Event, now: float) -> None:
+        self._apply(scope, event, now)
+
+    def send(self, scopes: list[str], event: policy.Sent, now: float) -> tuple[policy.ScopeState, float, float]:
+        """A job sent on ``scopes`` (the event applied to each); returns the host's (first scope's)
+        state, delay and floor as they were before the send: the gap this send was timed with."""
+        old, s, before = self._apply(scopes[0], event, now)
+        for scope in scopes[1:]:
+            self._apply(scope, event, now)
+        return old, (before if before is not None else policy.delay(old, s)), policy.floor(old, s)
+
+    def _apply(
+        self, scope: str, event: policy.Event, now: float
+    ) -> tuple[policy.ScopeState, ScopeSettings, float | None]:
+        """Apply ``event``; returns the state and settings before it, and the delay before it when
+        the change hook needed it (None: not computed)."""
         s = self.scope_settings(scope)
         old = self.state(scope)
         new = policy.apply(old, event, now, s)
         self._store.put(state_key(scope), encoder.encode(new))
-        self._cache_state(scope, new)
-        if self.on_change is not None:
-            before, after = policy.delay(old, s), policy.delay(new, s)
-            if abs(before - after) > 1e-9 or new.gate_until != old.gate_until:
-                cause, kind = new.cause, new.cause_kind or Cause.OTHER
-                if new.gate_until > max(old.gate_until, now):
-                    cause, kind = f"gate until +{new.gate_until - now:.0f}s ({new.gate_cause})", Cause.GATE
-                self.on_change(scope, before, after, cause, kind, new.gate_until)
+        self._states.put(scope, new)
+        if self.on_change is None:
+            return old, s, None
+        known = self._delays.get(scope)
+        before = known[2] if known is not None and known[0] is old and known[1] is s else policy.delay(old, s)
+        after = policy.delay(new, s)
+        if len(self._delays) >= STATE_CACHE:
+            self._delays.clear()
+        self._delays[scope] = (new, s, after)
+        if abs(before - after) > 1e-9 or new.gate_until != old.gate_until:
+            cause, kind = new.cause, new.cause_kind or Cause.OTHER
+            if new.gate_until > max(old.gate_until, now):
+                cause, kind = f"gate until +{new.gate_until - now:.0f}s ({new.gate_cause})", Cause.GATE
+            self.on_change(scope, before, after, cause, kind, new.gate_until)
+        return old, s, before
 
     def late(self, fb: Feedback, now: float) -> None:
         """A result whose lease was already closed (expired, lost): the slot was freed then, but

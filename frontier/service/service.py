@@ -262,7 +262,7 @@ class FrontierService:
             f.sweep_due(now)  # forgets aged-out seen entries, a bounded slice every SWEEP_INTERVAL (10 s)
             result = f.dispatch(now)
             self._publish(owned, result)
-            if owned.dirty or result.jobs or result.reports or result.submissions:
+            if owned.dirty or result.records or result.reports or result.submissions:
                 # the round's leases, jobs and report pages commit together
                 then = self._reported(f.partition, result) if result.reports else None
                 owned.commit(then=then)
@@ -293,10 +293,9 @@ class FrontierService:
         each job on its crawl's jobs topic (only that crawl's workers read it)."""
         kinds: Counter[str] = Counter()  # counted once a round
         write, jobs_of = owned.writer.write, self.topics.jobs_of
-        for job, record in zip(result.jobs, result.records, strict=True):
-            item = job.item
-            write(jobs_of(item.crawl), record, item.host.encode())
-            kinds[job.kind] += 1
+        for record, (crawl, host, kind) in zip(result.records, result.routes, strict=True):
+            write(jobs_of(crawl), record, host.encode())
+            kinds[kind] += 1
         for kind, n in kinds.items():
             self.metrics.jobs.labels(kind).inc(n)
         for report in result.reports:
