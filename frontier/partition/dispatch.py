@@ -84,9 +84,9 @@ class Dispatcher:
             chosen = queues.choose(qid, group)
             if chosen != qid:
                 scheduler.discard(chosen)  # served now: where it goes next is what serving it says
-            sent = len(out.jobs) + len(out.reports)
+            sent = len(out.records) + len(out.reports)
             self._serve(chosen, now, out)
-            if sent == len(out.jobs) + len(out.reports) and self._waits(chosen, now):
+            if sent == len(out.records) + len(out.reports) and self._waits(chosen, now):
                 waiting[base] = chosen
             if chosen != qid:
                 self._follow(qid, chosen, now)
