@@ -29,7 +29,7 @@ from confluent_kafka import OFFSET_BEGINNING
 from frontier.client.feed import read_status
 from frontier.demo.sites import Hit, SiteFleet
 from frontier.demo.stack import Stack, read_pages, wait_until
-from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, MARKER_KEYS
+from frontier.partition.keys import CLEAN_AT_KEY, CLEAN_KEY, COMMITTED_AT_KEY, COMMITTED_KEY, MARKER_KEYS
 from frontier.service.restore import db_path, replay
 from frontier.service.rocks import RocksKV
 from tests.integration.helpers import Pages
@@ -301,8 +301,12 @@ def _key(key: bytes) -> str:
     return repr(key[:60]) + ("..." if len(key) > 60 else "")
 
 
+# the store's markers of how far it holds the changelog: local bookkeeping, never in the changelog
+LOCAL_MARKERS = frozenset((*MARKER_KEYS, COMMITTED_KEY, COMMITTED_AT_KEY))
+
+
 def _contents(kv: RocksKV) -> dict[bytes, bytes]:
-    return {k: v for k, v in kv.scan(b"") if k not in MARKER_KEYS}
+    return {k: v for k, v in kv.scan(b"") if k not in LOCAL_MARKERS}
 
 
 def store_differences(stack: Stack) -> tuple[list[str], str]:
