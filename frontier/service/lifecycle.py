@@ -1,9 +1,9 @@
 """A frontier instance's partitions as they come and go: opened (the writer fenced first, the
 store restored, retried with backoff while it fails and shown in status), closed with a clean
 marker at the last record the store holds, dropped when fenced or failed, and opened again if the
-group still assigns it here (a failed commit: rebuilt; fenced: a zombie took the partition's
-transactional id, e.g. an instance whose open was still under way when the partition was revoked
-from it, and is fenced back). :class:`Lifecycle` is a part of
+group still assigns it here (a failed commit: from its last committed marker; fenced: a zombie took
+the partition's transactional id, e.g. an instance whose open was still under way when the
+partition was revoked from it, and is fenced back). :class:`Lifecycle` is a part of
 :class:`~frontier.service.service.FrontierService`; the partitions it opens are in the
 :class:`~frontier.service.owned.Partitions` the service's parts share.
 """
@@ -240,7 +240,7 @@ class Lifecycle:
             if owned is None:
                 continue
             applied = await owned.writer.close()
-            if applied is None:  # its last writes did not commit: the store holds what the changelog does not
+            if applied is None:  # its last writes did not commit: its RocksDB holds up to the last that did
                 owned.kv.close()
                 log.warning("partition %d closed without a clean marker (its writes did not all commit)", p)
             else:
@@ -256,9 +256,10 @@ class Lifecycle:
             # round trips, one partition after another (0.5 s each, 5.5 s of a takeover).
 
     def _write_failed(self, failure: WriteFailed) -> None:
-        """A partition's commit failed: its store holds writes the changelog does not, so it is
-        dropped (closed without a clean marker) and, while the group still assigns it here,
-        opened again, rebuilt. Fenced: another instance took the partition's transactional id. If
+        """A partition's commit failed: its in-memory writes the changelog does not hold are
+        dropped with it (closed without a clean marker: its RocksDB holds the transactions that
+        committed, up to their marker) and, while the group still assigns it here, it is opened
+        again from there. Fenced: another instance took the partition's transactional id. If
         the group assigns it there, that instance owns it now; if the group still assigns it here,
         the other is a zombie (an instance whose open was under way when the partition was
         revoked from it, or that has not heard of the rebalance yet), and the partition is taken

@@ -87,7 +87,7 @@ class PartitionWriter:
     """One owned partition's fenced writes (see the module's docstring).
 
     ``on_failure`` is called (on the event loop) once, when a commit fails: the partition's
-    store then holds writes the changelog does not, and must not be served any more.
+    in-memory writes then hold what the changelog does not, and must not be served any more.
     """
 
     def __init__(
@@ -127,7 +127,7 @@ class PartitionWriter:
 
     async def close(self) -> int | None:
         """Commit what is open and let the producer go; the changelog offset the store is complete
-        up to, or None when its writes did not all commit (then it must be rebuilt)."""
+        up to, or None when its writes did not all commit (then it is opened again from its last committed marker)."""
         try:
             while (self._committing is not None or self._written or self._then or self._log or self._held
                    or self._held_then):  # fmt: skip

@@ -14,7 +14,7 @@ import os
 import platform
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -141,12 +141,18 @@ def measure_rate(bootstrap: str, status_topic: str, key: str, start: int, n: int
     """Per second of ``key`` over the middle of a run of ``n`` (from ``start``), timed by the
     frontier's own snapshots: from the last snapshot below 5 % (or ``before``, a snapshot taken
     before the run began) to the first at or above 95 %. The poll's own latency is left out."""
+    return rate_of(lambda: snapshot(bootstrap, status_topic), key, start, n, timeout, alive, before)
+
+
+def rate_of(snapshots: Callable[[], tuple[float, dict[str, int]]], key: str, start: int, n: int, timeout: float,
+            alive: Callable[[], None] | None = None, before: tuple[float, int] | None = None) -> float:  # fmt: skip
+    """:func:`measure_rate` over any source of (time, totals) snapshots."""
     lo, hi = start + 0.05 * n, start + 0.95 * n
     deadline = time.perf_counter() + timeout
     while time.perf_counter() < deadline:
         if alive is not None:
             alive()
-        at, totals = snapshot(bootstrap, status_topic)
+        at, totals = snapshots()
         value = totals.get(key, 0)
         if at <= 0:
             pass  # no live instance has published yet

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from confluent_kafka import KafkaError, TopicPartition
 
 from frontier.client.status import overview
+from tests.bench.common import rate_of
 from topics.kafka import Connection, Kafka, watermarks
 from topics.schemas import SchemaError, Status, decode
 
@@ -71,21 +72,7 @@ class StatusTail:
              before: tuple[float, int] | None = None) -> float:  # fmt: skip
         """Per second of ``key`` over the middle of a run of ``n``, timed by the frontier's own
         snapshots: from the last snapshot below 5 % (or ``before``) to the first at or above 95 %."""
-        lo, hi = 0.05 * n, 0.95 * n
-        deadline = time.perf_counter() + timeout
-        while time.perf_counter() < deadline:
-            if alive is not None:
-                alive()
-            at, totals = self.snapshot()
-            value = totals.get(key, 0)
-            if at <= 0:
-                pass  # no live instance has published yet
-            elif value < lo:
-                before = (at, value)
-            elif value >= hi and before is not None and at > before[0]:
-                return (value - before[1]) / (at - before[0])
-            time.sleep(0.1)
-        raise TimeoutError(f"{key} did not reach {hi:.0f} within {timeout:.0f}s")
+        return rate_of(self.snapshot, key, 0, n, timeout, alive, before)
 
     def wait(self, key: str, target: int, timeout: float, alive: Callable[[], None] | None = None) -> None:
         """Poll the totals until ``key`` reaches ``target``."""
