@@ -113,12 +113,47 @@ def test_the_sorted_keys_in_chunks(monkeypatch: pytest.MonkeyPatch, chunk: int) 
     assert list(index.since(b"")) == model[::3]
 
 
+def test_committed_keys_leave_the_index_in_bulk_not_at_every_commit(
+    rocks: RocksKV, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit leaves its keys in the sorted index (the reads skip them) until the index holds
+    SLACK more keys than are pending: a commit costs what it wrote, not a pass over every pending
+    key; a key written again while still in the index is there once."""
+    monkeypatch.setattr(pending, "SLACK", 10)
+    kv = Pending(rocks)
+    for i in range(1, 8):
+        kv.put(b"k%d" % i, b"v%d" % i)
+    assert kv.first(b"k") == (b"k1", b"v1")  # (puts them in order)
+    gen = kv.seal()
+    kv.put(b"k0", b"held")  # pending throughout
+    kv.committed([gen], 1)
+    assert kv._keys.n == 7  # left: 7 + 1 <= 2 * 1 + SLACK
+    expected = [(b"k0", b"held")] + [(b"k%d" % i, b"v%d" % i) for i in range(1, 8)]
+    assert list(kv.scan(b"k")) == expected and kv.first(b"k") == (b"k0", b"held")
+    kv.put(b"k3", b"again")  # committed, still in the index: not twice
+    expected[3] = (b"k3", b"again")
+    assert list(kv.scan(b"k")) == expected
+    gen = kv.seal()
+    for i in range(10, 20):
+        kv.put(b"k%d" % i, b"w")
+    assert len(list(kv.scan(b"k"))) == 18
+    kv.committed([gen], 2)  # 18 indexed for 10 pending: under 2 * 10 + SLACK, kept
+    assert kv._keys.n == 18
+    gen = kv.seal()
+    kv.put(b"k0", b"last")
+    kv.committed([gen], 3)  # 1 pending: pruned
+    assert kv._keys.n == 1 and next(iter(kv.scan(b"k"))) == (b"k0", b"last")
+    kv.committed([kv.seal()], 4)
+    assert kv._view == {} and not kv._keys and not kv._fresh
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_the_layer_reads_as_a_plain_store_through_seals_and_commits(
     rocks: RocksKV, seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Random writes, seals and commits: every read equals an in-memory store given the same writes."""
     monkeypatch.setattr(pending, "CHUNK", 2 if seed % 2 else 256)  # many chunks, and one
+    monkeypatch.setattr(pending, "SLACK", 0 if seed % 3 else 4096)  # committed keys pruned often, or left
     rng = random.Random(seed)
     model, kv = MemoryKV(), Pending(rocks)
     keys = [bytes((p,)) + bytes((q,)) + b"%d" % n for p in b"kl" for q in b"abc" for n in range(6)]

@@ -180,8 +180,9 @@ class Leases:
         event = policy.Done(sent_at=fb.sent_at, done_at=fb.done_at, dispatched_at=lease.dispatched_at, status=fb.status,
                             latency=fb.latency, error=fb.error, headers=fb.headers, adjust=item.adjust,
                             outcome=fb.outcome, late=lease.released_at > 0)  # fmt: skip
+        apply = self._scopes.apply
         for scope in lease.scopes:
-            self._scopes.apply(scope, event, now)
+            apply(scope, event, now)
         self._store.delete(key)
         self._open.pop(fb.lease, None)
         self._closed(lease, now)

@@ -56,6 +56,9 @@ class Scopes:
         # operators' overrides by name (at most MAX_OVERRIDES); a scope finds the ones covering it
         # by looking up its own dot-suffixes, so their number does not slow dispatch
         self._overrides: dict[str, Override] = {}
+        # scope → its settings as ``scope_settings`` computed them and its state key (cleared when
+        # an override changes, and past STATE_CACHE entries)
+        self._known: dict[str, tuple[ScopeSettings, bytes]] = {}
 
     def scopes_of(self, item: UrlItem) -> list[str]:
         """The host, its address ``ip:<address>`` (frontier.ip_scope: the router resolved it), the
@@ -69,6 +72,18 @@ class Scopes:
         return scopes
 
     def scope_settings(self, scope: str) -> ScopeSettings:
+        known = self._known.get(scope)
+        return (known if known is not None else self._know(scope))[0]
+
+    def _know(self, scope: str) -> tuple[ScopeSettings, bytes]:
+        """The scope's settings and state key, computed and kept (three uses a job: decided,
+        sent, its result)."""
+        if len(self._known) >= STATE_CACHE:
+            self._known.clear()
+        known = self._known[scope] = (self._scope_settings(scope), state_key(scope))
+        return known
+
+    def _scope_settings(self, scope: str) -> ScopeSettings:
         s = self._throttle.for_scope(scope.rsplit("#", 1)[-1])
         if not self._overrides:
             return s
@@ -121,6 +136,7 @@ class Scopes:
         if name not in self._overrides and not new.empty() and len(self._overrides) >= MAX_OVERRIDES:
             raise Refused(f"{len(self._overrides)} scope overrides in partition {self._partition} already "
                           f"(at most {MAX_OVERRIDES}): clear some first")  # fmt: skip
+        self._known.clear()  # (the settings of the scopes it covers change)
         if new.empty():
             self._overrides.pop(name, None)
             if self._kv.get(override_key(name)) is not None:
@@ -136,6 +152,7 @@ class Scopes:
         """The overrides as stored (``rebuild``; the states are read when used)."""
         for key, value in self._kv.scan(OVERRIDE):
             self._overrides[override_of(key)] = override_dec.decode(value)
+        self._known.clear()
 
     # -- policy state ---------------------------------------------------------------------------
     def state(self, scope: str) -> policy.ScopeState:
@@ -170,10 +187,11 @@ class Scopes:
     ) -> tuple[policy.ScopeState, ScopeSettings, float | None]:
         """Apply ``event``; returns the state and settings before it, and the delay before it when
         the change hook needed it (None: not computed)."""
-        s = self.scope_settings(scope)
+        info = self._known.get(scope)
+        s, key = info if info is not None else self._know(scope)
         old = self.state(scope)
         new = policy.apply(old, event, now, s)
-        self._store.put(state_key(scope), encoder.encode(new))
+        self._store.put(key, encoder.encode(new))
         self._states.put(scope, new)
         if self.on_change is None:
             return old, s, None

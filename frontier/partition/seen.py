@@ -37,7 +37,7 @@ import struct
 from frontier.config import FrontierConfig
 from frontier.core.urls import seen_fingerprint
 from frontier.partition.crawls import Crawls
-from frontier.partition.keys import SWEEP_SLICES, seen_key, seen_slice
+from frontier.partition.keys import SEEN, SWEEP_SLICES, seen_key, seen_slice
 from frontier.partition.records import Stats, Sweep
 from frontier.partition.store import Store
 from topics.schemas import UrlItem
@@ -144,7 +144,8 @@ class SeenSet:
     def sweep_seen(self, now: float, limit: int = SWEEP_BATCH) -> Sweep:
         """Forget *done* seen entries stamped ``seen_retention`` or more before ``now``; return
         how many entries it looked at and forgot. Looks at ``limit`` entries at most, from a
-        cursor that wraps around, and opens ``SWEEP_SLICES_PER_CALL`` slices at most: a full
+        cursor that wraps around, and covers ``SWEEP_SLICES_PER_CALL`` slices at most (in one
+        scan, two when it wraps): a full
         cycle over N entries takes at most ``N / limit + SWEEP_SLICES / SWEEP_SLICES_PER_CALL``
         calls. Entries written before issue 13 (``b"1"``) are stamped *done* at ``now`` when
         first met. Open and revisit entries are never forgotten by age. Pure: ``now`` is passed
@@ -153,23 +154,29 @@ class SeenSet:
         if retention <= 0 or limit <= 0:
             return Sweep(0, 0)
         looked = forgotten = 0
-        for _ in range(SWEEP_SLICES_PER_CALL):
-            # resumed where the previous call stopped in this slice, not restarted
-            for key, value in self._kv.scan(seen_slice(self._sweep_slice), after=self._sweep_after):
+        left = SWEEP_SLICES_PER_CALL  # slices this call may still open
+        while left > 0 and looked < limit:
+            # One scan over the slices from the cursor's on (resumed where the previous call stopped
+            # in its slice), not one scan per slice: a sparse set costs a seek, not up to
+            # SWEEP_SLICES_PER_CALL of them. Past the last slice, a second scan from the first.
+            start, after = self._sweep_slice, self._sweep_after
+            end = min(start + left, SWEEP_SLICES)  # the slices start .. end - 1
+            for key, value in self._kv.scan(SEEN, after=after or seen_slice(start)):
+                n = int.from_bytes(key[1:3], "big")  # its slice
+                if n >= end:
+                    break
                 if looked >= limit:
                     self._stats.forgotten += forgotten
                     return Sweep(looked, forgotten)
                 looked += 1
-                self._sweep_after = key
+                self._sweep_slice, self._sweep_after = n, key
                 state, stamp, _ = read_seen(value)
                 if state == SEEN_DONE and now - stamp >= retention:
                     self._store.delete(key)
                     forgotten += 1
                 elif state == SEEN_LEGACY:
                     self._store.put(key, seen_value(SEEN_DONE, now))
-            self._sweep_slice = (self._sweep_slice + 1) % SWEEP_SLICES
-            self._sweep_after = b""
-            if looked >= limit:
-                break
+            left -= end - start
+            self._sweep_slice, self._sweep_after = end % SWEEP_SLICES, b""
         self._stats.forgotten += forgotten
         return Sweep(looked, forgotten)

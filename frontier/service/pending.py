@@ -20,6 +20,7 @@ fenced instance's writes never reach its RocksDB.
 from __future__ import annotations
 
 import bisect
+import itertools
 import time
 import weakref
 from collections.abc import Callable, Iterator
@@ -37,6 +38,7 @@ def encode_time(t: float) -> bytes:
 
 
 CHUNK = 256  # keys per chunk of the sorted index (split at twice that): an insert moves at most a chunk
+SLACK = 4096  # keys of committed writes left in the index (and the unordered lists) before they are pruned
 
 
 class SortedKeys:
@@ -46,18 +48,20 @@ class SortedKeys:
     def __init__(self) -> None:
         self._chunks: list[list[bytes]] = []
         self._maxes: list[bytes] = []  # each chunk's last key
+        self.n = 0  # keys in the index
 
     def __bool__(self) -> bool:
         return bool(self._maxes)
 
     def add(self, key: bytes) -> None:
-        """Insert ``key`` (not in the index yet)."""
+        """Insert ``key`` (nothing when it is in the index already)."""
         chunks, maxes = self._chunks, self._maxes
         i = bisect.bisect_left(maxes, key)
         if i == len(maxes):
             if not maxes:
                 chunks.append([key])
                 maxes.append(key)
+                self.n += 1
                 return
             i -= 1
             chunk = chunks[i]
@@ -65,7 +69,11 @@ class SortedKeys:
             maxes[i] = key
         else:
             chunk = chunks[i]
-            bisect.insort(chunk, key)
+            at = bisect.bisect_left(chunk, key)
+            if at < len(chunk) and chunk[at] == key:
+                return
+            chunk.insert(at, key)
+        self.n += 1
         if len(chunk) > 2 * CHUNK:
             chunks[i : i + 1] = [chunk[:CHUNK], chunk[CHUNK:]]
             maxes[i : i + 1] = [chunk[CHUNK - 1], chunk[-1]]
@@ -86,6 +94,7 @@ class SortedKeys:
         kept = [k for chunk in self._chunks for k in chunk if k in keys]
         self._chunks = [kept[i : i + CHUNK] for i in range(0, len(kept), CHUNK)]
         self._maxes = [chunk[-1] for chunk in self._chunks]
+        self.n = len(kept)
 
 
 class PendingCursor:
@@ -153,8 +162,11 @@ class Pending:
         self._open: Generation = {}  # written since the last seal
         self._sealed: list[Generation] = []  # in transactions not committed yet, oldest first
         self._view: Generation = {}  # every pending key's newest value (None: deleted)
-        self._keys = SortedKeys()  # the keys of ``_view`` read in order since they were written...
-        self._fresh: dict[bytes, list[bytes]] = {}  # ...and the others, by first byte: ordered when read
+        # the keys of ``_view`` read in order since they were written, and the others by first byte
+        # (ordered when read); both may hold keys committed since (not in ``_view``: skipped), pruned
+        # once they hold SLACK more than ``_view`` (not at every commit: O(1) a write)
+        self._keys = SortedKeys()
+        self._fresh: dict[bytes, list[bytes]] = {}
         self._cursors: weakref.WeakSet[PendingCursor] = weakref.WeakSet()  # closed with the store
 
     # -- the writer's hook ------------------------------------------------------------------------
@@ -173,9 +185,9 @@ class Pending:
         if n > len(self._sealed) or any(a is not b for a, b in zip(gens, self._sealed, strict=False)):
             raise RuntimeError("committed generations are not the oldest sealed ones")
         stamp = self._clock() if at is None else at
-        batch = [item for gen in gens for item in gen.items()]
-        batch += ((COMMITTED_KEY, str(offset).encode()), (COMMITTED_AT_KEY, encode_time(stamp)))
-        self.rocks.write_many(batch, logged=True)
+        marker = ((COMMITTED_KEY, str(offset).encode()), (COMMITTED_AT_KEY, encode_time(stamp)))
+        # (one pass over the generations' items as they are: no list of them built first)
+        self.rocks.write_many(itertools.chain(*[gen.items() for gen in gens], marker), logged=True)
         del self._sealed[:n]
         view, newer, size = self._view, [*self._sealed, self._open], len(self._view)
         if len(newer) == 1:  # (the common case: the next transaction is not sealed yet)
@@ -189,7 +201,11 @@ class Pending:
                 for key in gen:
                     if not any(key in g for g in newer):
                         view.pop(key, None)
-        if len(view) != size:
+        if not view:  # (nothing pending: both empty again, at no cost)
+            if self._keys:
+                self._keys = SortedKeys()
+            self._fresh.clear()
+        elif len(view) != size and self._keys.n + sum(map(len, self._fresh.values())) > 2 * len(view) + SLACK:
             self._keys.keep(view)
             for first, keys in self._fresh.items():
                 self._fresh[first] = [k for k in keys if k in view]
@@ -210,8 +226,12 @@ class Pending:
 
     def put(self, key: bytes, value: bytes) -> None:
         view = self._view
-        if key not in view:
-            self._new(key)
+        if key not in view:  # (``_new`` inline: the hot path of every write)
+            fresh = self._fresh.get(first := key[:1])
+            if fresh is None:
+                self._fresh[first] = [key]
+            else:
+                fresh.append(key)
         view[key] = value
         self._open[key] = value
 
@@ -248,7 +268,8 @@ class Pending:
         for k in keys:
             if not k.startswith(prefix):
                 break
-            out.append((k, view[k]))
+            if k in view:  # (else committed since)
+                out.append((k, view[k]))
         return out
 
     def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:
@@ -260,7 +281,7 @@ class Pending:
         view = self._view
         live = None  # the first pending key under the prefix with a value
         while k is not None and k.startswith(prefix):
-            if view[k] is not None:
+            if view.get(k) is not None:  # (not a tombstone, nor committed since)
                 live = k
                 break
             k = next(keys, None)
