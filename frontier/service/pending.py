@@ -280,11 +280,16 @@ class Pending:
             return self.rocks.first(prefix)  # nothing pending under the prefix
         view = self._view
         live = None  # the first pending key under the prefix with a value
+        pending = False  # a key under the prefix still pending (not only keys committed since)
         while k is not None and k.startswith(prefix):
-            if view.get(k) is not None:  # (not a tombstone, nor committed since)
-                live = k
-                break
+            if k in view:
+                pending = True
+                if view[k] is not None:
+                    live = k
+                    break
             k = next(keys, None)
+        if not pending:
+            return self.rocks.first(prefix)
         for key, value in self.rocks.scan(prefix):
             if live is not None and live <= key:
                 break
