@@ -205,21 +205,18 @@ class RocksKV:
     def scan(self, prefix: bytes, after: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         # Bounded to the prefix: without an upper bound, a seek into an emptied range walks every
         # deleted entry after it (until compaction), e.g. 0.9 ms per seek past 20,000 drained queues.
+        # (``items``: one call into rocksdict an entry, not four; the options are this generator's as
+        # long as the iteration they bound lasts)
         bound = prefix_end(prefix)
-        if bound is None:
-            it = self._db.iter()
-        else:
-            options = ReadOptions()
+        options = ReadOptions()
+        if bound is not None:
             options.set_iterate_upper_bound(bound)
-            it = self._db.iter(options)
-        it.seek(max(after, prefix))
-        while it.valid():
-            key = it.key()
-            if not key.startswith(prefix):
+        items: Iterator[tuple[bytes, bytes]] = self._db.items(from_key=max(after, prefix), read_opt=options)  # type: ignore[assignment]  # raw mode: bytes
+        for key, value in items:
+            if bound is None and not key.startswith(prefix):
                 return
-            if key != after:  # seek lands on ``after`` itself when it is still there
-                yield key, it.value()
-            it.next()
+            if key != after:  # the seek lands on ``after`` itself when it is still there
+                yield key, value
 
     def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:
         """The first entry under ``prefix`` (``scan``'s first, one seek without a generator)."""
