@@ -89,3 +89,20 @@ def test_the_state_cache_is_bounded_and_reads_back_evicted_states(monkeypatch: p
     assert scopes.recent(10) == ["h4.test", "h3.test", "h2.test"]
     assert scopes.state("h0.test").inflight == 1  # read back from the store
     assert scopes.recent(1) == ["h0.test"]
+
+
+def test_a_scopes_settings_are_kept_and_an_override_is_seen_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settings a scope's jobs use are computed once and kept (bounded: cleared past
+    KNOWN_SCOPES), and an operator's override changes them from the next use on."""
+    monkeypatch.setattr(scopes_module, "KNOWN_SCOPES", 3)
+    kv, scopes, _, _ = make()
+    assert scopes.scope_settings("a.dom.test").delay == 1.0
+    scopes.apply("a.dom.test", policy.Sent(0.0, u=0.5), 0.0)
+    assert kv.get(state_key("a.dom.test")) is not None
+    scopes.set_override(ControlCommand(scope="dom.test", action="set", delay=7.0), 0.0)
+    assert scopes.scope_settings("a.dom.test").delay == 7.0
+    for n in range(5):  # past the bound: computed again, the same
+        assert scopes.scope_settings(f"h{n}.test").delay == 1.0
+    assert len(scopes._known) <= 3 and scopes.scope_settings("a.dom.test").delay == 7.0
+    scopes.set_override(ControlCommand(scope="dom.test", action="clear"), 0.0)
+    assert scopes.scope_settings("a.dom.test").delay == 1.0

@@ -35,6 +35,7 @@ from topics.schemas import ControlCommand, Feedback, UrlItem
 
 STATE_CACHE = 50_000  # scope states kept decoded in memory (bounded: RSS must not grow with domains)
 MAX_OVERRIDES = 100_000  # operators' overrides per partition (kept in memory: ~0.2 KB each)
+KNOWN_SCOPES = 10_000  # scopes whose settings and state key are kept computed (~0.2 KB each), cleared past it
 
 
 class Scopes:
@@ -57,7 +58,7 @@ class Scopes:
         # by looking up its own dot-suffixes, so their number does not slow dispatch
         self._overrides: dict[str, Override] = {}
         # scope → its settings as ``scope_settings`` computed them and its state key (cleared when
-        # an override changes, and past STATE_CACHE entries)
+        # an override changes, and past KNOWN_SCOPES entries)
         self._known: dict[str, tuple[ScopeSettings, bytes]] = {}
 
     def scopes_of(self, item: UrlItem) -> list[str]:
@@ -78,7 +79,7 @@ class Scopes:
     def _know(self, scope: str) -> tuple[ScopeSettings, bytes]:
         """The scope's settings and state key, computed and kept (three uses a job: decided,
         sent, its result)."""
-        if len(self._known) >= STATE_CACHE:
+        if len(self._known) >= KNOWN_SCOPES:
             self._known.clear()
         known = self._known[scope] = (self._scope_settings(scope), state_key(scope))
         return known
