@@ -220,3 +220,35 @@ async def test_the_deliveries_of_one_poll_wake_the_event_loop_once(batched: bool
         futures[4].result()
     assert loop.calls == (1 if batched else 5)
     await asyncio.to_thread(out.close)
+
+
+async def test_a_turn_with_done_marks_waiting_is_one_call_to_the_consumers_thread() -> None:
+    """The marks waiting are committed, then the poll, in one call to the consumer's thread (it
+    was two calls there and back a turn: the poll's, then the commit's); the mark is settled
+    (its report may go) once the commit was made."""
+    jobs = make_worker(FakeProducer()).jobs
+    consuming = jobs.consuming
+    consumer = PollingConsumer()
+    consuming.consumer = consumer
+    consuming.loop = asyncio.get_running_loop()
+    calls: list[str] = []
+    call = consuming.caller.call
+
+    async def counted(fn: Any, *args: Any) -> Any:
+        calls.append(fn.__name__)
+        return await call(fn, *args)
+
+    consuming.caller.call = counted  # type: ignore[method-assign]
+    poller = asyncio.ensure_future(consuming.run(consumer))  # type: ignore[arg-type]
+    await asyncio.to_thread(consumer.polls.wait, 5)
+    jobs.tracker.started("crawl.jobs", 0, 7)
+    jobs.tracker.finished("crawl.jobs", 0, 7)
+    mark: asyncio.Future[bool] = consuming.loop.create_future()
+    before = len(calls)
+    consuming.marks.append((mark, jobs.clock.monotonic(), ("crawl.jobs", 0)))
+    assert await asyncio.wait_for(mark, 5) is True
+    assert consumer.commits == [[("crawl.jobs", 0, 8)]]
+    jobs.stop()
+    consuming.finishing.set()
+    await asyncio.wait_for(poller, 5)
+    assert "commit_marks" not in calls[before:] and calls[before] == "_commit_then_take"

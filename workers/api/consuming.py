@@ -126,7 +126,11 @@ class JobConsumer:
             # no job in hand and no mark waiting: nothing can ask for a commit before a job comes,
             # and a job ends the poll at once (an idle worker turns 4 times a second, not 20)
             wait = POLL_WAIT if held or self.marks else IDLE_POLL_WAIT
-            msgs: list[Message] = await self.caller.call(_take, consumer, want, wait) if want > 0 else []
+            if self.marks:  # jobs about to report: their done marks first, then the poll (one call)
+                last_commit = clock.monotonic()
+            msgs: list[Message] = (
+                await self.caller.call(self._commit_then_take, consumer, want, wait) if want > 0 else []
+            )
             if want <= 0:
                 await clock.sleep(0.02)
             for msg in msgs:
@@ -139,7 +143,7 @@ class JobConsumer:
                 self.take(msg)
             if self.membership is not None and self.membership.suspect:
                 await asyncio.to_thread(self.confirm, consumer)
-            if self.marks:  # jobs about to report: their done marks first (between polls, on this loop)
+            if self.marks and want <= 0:  # (else committed at the next turn's start, before its poll)
                 last_commit = clock.monotonic()
                 await self.caller.call(self.commit_marks, consumer)
             elif clock.monotonic() - last_commit > 1.0:
@@ -154,6 +158,15 @@ class JobConsumer:
                     self.metrics.lag.set(await asyncio.to_thread(lag, consumer, consumer.assignment()))
                 except Exception as exc:  # noqa: BLE001 - a metric must never stop the worker
                     log.debug("consumer lag not measured: %s", exc)
+
+    def _commit_then_take(self, consumer: Consumer, want: int, wait: float) -> list[Message]:
+        """On the consumer's thread, one call a turn: the done marks waiting are committed (their
+        reports go), then the poll (issue 39: a turn was two calls to the thread and back, the
+        commit's and the poll's; the marks that come during the poll wait for the next turn's
+        start, as they waited for the poll's end)."""
+        if self.marks:
+            self.commit_marks(consumer)
+        return _take(consumer, want, wait)
 
     # -- whose the jobs are ---------------------------------------------------------------------
     def owns(self, leased: LeasedJob) -> bool | None:
