@@ -251,4 +251,4 @@ async def test_a_turn_with_done_marks_waiting_is_one_call_to_the_consumers_threa
     jobs.stop()
     consuming.finishing.set()
     await asyncio.wait_for(poller, 5)
-    assert "commit_marks" not in calls[before:] and calls[before] == "_commit_then_take"
+    assert "commit_marks" not in calls[before:] and calls[before] == "_take"

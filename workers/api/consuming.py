@@ -126,11 +126,8 @@ class JobConsumer:
             # no job in hand and no mark waiting: nothing can ask for a commit before a job comes,
             # and a job ends the poll at once (an idle worker turns 4 times a second, not 20)
             wait = POLL_WAIT if held or self.marks else IDLE_POLL_WAIT
-            if self.marks:  # jobs about to report: their done marks first, then the poll (one call)
-                last_commit = clock.monotonic()
-            msgs: list[Message] = (
-                await self.caller.call(self._commit_then_take, consumer, want, wait) if want > 0 else []
-            )
+            last_commit = clock.monotonic() if self.marks else last_commit  # the marks committed in _take
+            msgs: list[Message] = await self.caller.call(_take, consumer, want, wait, self) if want > 0 else []
             if want <= 0:
                 await clock.sleep(0.02)
             for msg in msgs:
@@ -158,15 +155,6 @@ class JobConsumer:
                     self.metrics.lag.set(await asyncio.to_thread(lag, consumer, consumer.assignment()))
                 except Exception as exc:  # noqa: BLE001 - a metric must never stop the worker
                     log.debug("consumer lag not measured: %s", exc)
-
-    def _commit_then_take(self, consumer: Consumer, want: int, wait: float) -> list[Message]:
-        """On the consumer's thread, one call a turn: the done marks waiting are committed (their
-        reports go), then the poll (issue 39: a turn was two calls to the thread and back, the
-        commit's and the poll's; the marks that come during the poll wait for the next turn's
-        start, as they waited for the poll's end)."""
-        if self.marks:
-            self.commit_marks(consumer)
-        return _take(consumer, want, wait)
 
     # -- whose the jobs are ---------------------------------------------------------------------
     def owns(self, leased: LeasedJob) -> bool | None:
@@ -389,12 +377,15 @@ def sync_commit(consumer: Consumer, points: list[TopicPartition]) -> tuple[objec
     return (errors[0] if errors else None), lost
 
 
-def _take(consumer: Consumer, most: int, wait: float = POLL_WAIT) -> list[Message]:
-    """Wait up to ``wait`` seconds for the first job (reports finished meanwhile are committed
-    after it), then take whatever else is already there without waiting.
+def _take(consumer: Consumer, most: int, wait: float = POLL_WAIT, jobs: JobConsumer | None = None) -> list[Message]:
+    """The done marks of ``jobs`` committed first (their reports go; one call to the consumer's thread
+    a turn, not two: issue 39), then wait up to ``wait`` seconds for the first job (marks that come
+    meanwhile are committed at the next turn's start), then take whatever else is already there.
 
     (``consume(n, timeout)`` alone would hold a lone job until ``n`` arrive or the timeout ends.)
     """
+    if jobs is not None and jobs.marks:
+        jobs.commit_marks(consumer)
     first = consumer.poll(wait)
     if first is None:
         return []
