@@ -9,9 +9,11 @@ import threading
 from typing import Any
 
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from tests.fakes import FakeConsumer, FakeProducer
 from tests.test_worker_jobs import make_worker
+from topics.kafka import AsyncProducer
 from workers.api.caller import Caller
 from workers.api.consuming import IDLE_POLL_WAIT, POLL_WAIT
 from workers.api.jobs import PRODUCER_POLL_WAIT
@@ -155,3 +157,98 @@ async def test_the_workers_producer_thread_waits_a_quarter_second_for_a_delivery
     await asyncio.to_thread(producer.polled.wait, 5)
     await asyncio.to_thread(jobs.reporter.publisher.producer.close)
     assert producer.waits and set(producer.waits) == {PRODUCER_POLL_WAIT} and PRODUCER_POLL_WAIT == 0.25
+
+
+class DeliveringProducer:
+    """A confluent-kafka producer whose poll serves every delivery produced since the last one
+    (as a poll does when the broker acknowledged a batch); a refused record fails its delivery."""
+
+    def __init__(self) -> None:
+        self.pending: list[tuple[Any, str, bytes | None]] = []
+        self.lock = threading.RLock()  # (the test holds it while it produces)
+        self.served = threading.Event()
+
+    def produce(self, topic: str, value: bytes | None, **kwargs: Any) -> None:
+        with self.lock:
+            self.pending.append((kwargs["on_delivery"], topic, value))
+
+    def poll(self, timeout: float) -> int:
+        with self.lock:
+            pending, self.pending = self.pending, []
+        for callback, topic, value in pending:
+            error = KafkaError(KafkaError.MSG_SIZE_TOO_LARGE, "refused") if value == b"refused" else None
+            callback(error, (topic, value))
+        if pending:
+            self.served.set()
+        threading.Event().wait(min(timeout, 0.01))
+        return len(pending)
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+class CountingLoop:
+    """The event loop, counting the calls other threads hand it."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.calls = 0
+
+    def call_soon_threadsafe(self, callback: Any, *args: Any) -> Any:
+        self.calls += 1
+        return self.loop.call_soon_threadsafe(callback, *args)
+
+    def create_future(self) -> asyncio.Future[Any]:
+        return self.loop.create_future()
+
+
+@pytest.mark.parametrize("batched", [False, True])
+async def test_the_deliveries_of_one_poll_wake_the_event_loop_once(batched: bool) -> None:
+    """Batched (the worker's producer), the records one poll delivered resolve their futures, in
+    order, in one call on the event loop: not one wake-up of the loop per record. Unbatched, as
+    before: one each."""
+    producer = DeliveringProducer()
+    loop = CountingLoop(asyncio.get_running_loop())
+    with producer.lock:  # the five records are produced before the thread's first poll serves them
+        out = AsyncProducer(producer, loop, poll_wait=0.01, batched=batched)  # type: ignore[arg-type]
+        futures = [out.send("crawl.pages", f"{i}".encode()) for i in range(4)] + [out.send("crawl.pages", b"refused")]
+    await asyncio.to_thread(producer.served.wait, 5)
+    done, _ = await asyncio.wait(futures, timeout=5)
+    assert len(done) == 5
+    assert [f.result() for f in futures[:4]] == [("crawl.pages", f"{i}".encode()) for i in range(4)]
+    with pytest.raises(KafkaException):
+        futures[4].result()
+    assert loop.calls == (1 if batched else 5)
+    await asyncio.to_thread(out.close)
+
+
+async def test_a_turn_with_done_marks_waiting_is_one_call_to_the_consumers_thread() -> None:
+    """The marks waiting are committed, then the poll, in one call to the consumer's thread (it
+    was two calls there and back a turn: the poll's, then the commit's); the mark is settled
+    (its report may go) once the commit was made."""
+    jobs = make_worker(FakeProducer()).jobs
+    consuming = jobs.consuming
+    consumer = PollingConsumer()
+    consuming.consumer = consumer
+    consuming.loop = asyncio.get_running_loop()
+    calls: list[str] = []
+    call = consuming.caller.call
+
+    async def counted(fn: Any, *args: Any) -> Any:
+        calls.append(fn.__name__)
+        return await call(fn, *args)
+
+    consuming.caller.call = counted  # type: ignore[method-assign]
+    poller = asyncio.ensure_future(consuming.run(consumer))  # type: ignore[arg-type]
+    await asyncio.to_thread(consumer.polls.wait, 5)
+    jobs.tracker.started("crawl.jobs", 0, 7)
+    jobs.tracker.finished("crawl.jobs", 0, 7)
+    mark: asyncio.Future[bool] = consuming.loop.create_future()
+    before = len(calls)
+    consuming.marks.append((mark, jobs.clock.monotonic(), ("crawl.jobs", 0)))
+    assert await asyncio.wait_for(mark, 5) is True
+    assert consumer.commits == [[("crawl.jobs", 0, 8)]]
+    jobs.stop()
+    consuming.finishing.set()
+    await asyncio.wait_for(poller, 5)
+    assert "commit_marks" not in calls[before:] and calls[before] == "_take"

@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import re
 import threading
@@ -224,22 +225,47 @@ class DeliveryError(RuntimeError):
 class AsyncProducer:
     """A confluent-kafka producer (from :meth:`Kafka.producer`) usable from asyncio code.
     ``poll_wait``: seconds its thread's poll waits when no delivery comes (a delivery ends it at
-    once; :meth:`close` may wait as long for the thread)."""
+    once; :meth:`close` may wait as long for the thread). ``batched``: the deliveries one poll
+    served resolve their futures in one call on the loop (one wake-up of the loop per poll, not
+    one per record; the same order), instead of one call each."""
 
     def __init__(
-        self, producer: Producer, loop: asyncio.AbstractEventLoop | None = None, poll_wait: float = 0.05
+        self,
+        producer: Producer,
+        loop: asyncio.AbstractEventLoop | None = None,
+        poll_wait: float = 0.05,
+        batched: bool = False,
     ) -> None:
         self._producer = producer
         self._loop = loop or asyncio.get_running_loop()
         self._poll_wait = poll_wait
         self._closed = threading.Event()
         self._errors: list[str] = []
+        # batched: deliveries waiting to be resolved on the loop (appended on any thread that polls)
+        self._delivered: collections.deque[tuple[asyncio.Future[Message], KafkaError | None, Message]] | None = (
+            collections.deque() if batched else None
+        )
         self._thread = threading.Thread(target=self._poll_loop, name="producer-poll", daemon=True)
         self._thread.start()
 
     def _poll_loop(self) -> None:
         while not self._closed.is_set():
             self._producer.poll(self._poll_wait)
+            self._hand_over()
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        """Batched: the deliveries collected so far resolve on the loop, in one call."""
+        if self._delivered:
+            try:
+                self._loop.call_soon_threadsafe(self._drain)
+            except RuntimeError:  # the loop is closed: nobody waits any more
+                pass
+
+    def _drain(self) -> None:
+        delivered = self._delivered
+        while delivered:
+            _resolve(*delivered.popleft())
 
     def _produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None, cb: Any) -> None:
         produce(self._producer, topic, value, key, partition, cb)
@@ -250,8 +276,16 @@ class AsyncProducer:
         """Produce one record; the future resolves with the delivered message or fails."""
         fut: asyncio.Future[Message] = self._loop.create_future()
 
-        def done(err: KafkaError | None, msg: Message) -> None:
-            self._loop.call_soon_threadsafe(_resolve, fut, err, msg)
+        delivered = self._delivered
+        if delivered is not None:
+
+            def done(err: KafkaError | None, msg: Message) -> None:
+                delivered.append((fut, err, msg))  # resolved by the poll thread's hand-over
+
+        else:
+
+            def done(err: KafkaError | None, msg: Message) -> None:
+                self._loop.call_soon_threadsafe(_resolve, fut, err, msg)
 
         self._produce(topic, value, key, partition, done)
         return fut
@@ -289,6 +323,7 @@ class AsyncProducer:
     async def flush(self, timeout: float = 60.0) -> None:
         """Wait until every record produced so far is delivered; raise if any failed."""
         remaining = await asyncio.to_thread(self._producer.flush, timeout)
+        self._hand_over()  # (batched: what the flush delivered resolves without waiting for the thread's poll)
         if remaining:
             raise DeliveryError(f"{remaining} records not delivered within {timeout}s")
         if self._errors:

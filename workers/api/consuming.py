@@ -126,7 +126,8 @@ class JobConsumer:
             # no job in hand and no mark waiting: nothing can ask for a commit before a job comes,
             # and a job ends the poll at once (an idle worker turns 4 times a second, not 20)
             wait = POLL_WAIT if held or self.marks else IDLE_POLL_WAIT
-            msgs: list[Message] = await self.caller.call(_take, consumer, want, wait) if want > 0 else []
+            last_commit = clock.monotonic() if self.marks else last_commit  # the marks committed in _take
+            msgs: list[Message] = await self.caller.call(_take, consumer, want, wait, self) if want > 0 else []
             if want <= 0:
                 await clock.sleep(0.02)
             for msg in msgs:
@@ -139,7 +140,7 @@ class JobConsumer:
                 self.take(msg)
             if self.membership is not None and self.membership.suspect:
                 await asyncio.to_thread(self.confirm, consumer)
-            if self.marks:  # jobs about to report: their done marks first (between polls, on this loop)
+            if self.marks and want <= 0:  # (else committed at the next turn's start, before its poll)
                 last_commit = clock.monotonic()
                 await self.caller.call(self.commit_marks, consumer)
             elif clock.monotonic() - last_commit > 1.0:
@@ -376,12 +377,15 @@ def sync_commit(consumer: Consumer, points: list[TopicPartition]) -> tuple[objec
     return (errors[0] if errors else None), lost
 
 
-def _take(consumer: Consumer, most: int, wait: float = POLL_WAIT) -> list[Message]:
-    """Wait up to ``wait`` seconds for the first job (reports finished meanwhile are committed
-    after it), then take whatever else is already there without waiting.
+def _take(consumer: Consumer, most: int, wait: float = POLL_WAIT, jobs: JobConsumer | None = None) -> list[Message]:
+    """The done marks of ``jobs`` committed first (their reports go; one call to the consumer's thread
+    a turn, not two: issue 39), then wait up to ``wait`` seconds for the first job (marks that come
+    meanwhile are committed at the next turn's start), then take whatever else is already there.
 
     (``consume(n, timeout)`` alone would hold a lone job until ``n`` arrive or the timeout ends.)
     """
+    if jobs is not None and jobs.marks:
+        jobs.commit_marks(consumer)
     first = consumer.poll(wait)
     if first is None:
         return []

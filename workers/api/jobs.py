@@ -157,8 +157,9 @@ class Jobs:
         topic = self.topics.jobs_of(self.crawl)
         if topic != self.topics.jobs:  # a crawl's jobs topic is made when the crawl first appears, by either side
             await asyncio.to_thread(create_crawl_jobs, self.kafka, self.topics, [self.crawl])
-        # (its poll thread wakes 4 times a second, not 20, when no delivery comes: issue 39)
-        producer = AsyncProducer(self.kafka.producer(), self._loop, poll_wait=PRODUCER_POLL_WAIT)
+        # (its poll thread wakes 4 times a second, not 20, when no delivery comes; the deliveries of
+        # one poll wake the event loop once, not once each: issue 39)
+        producer = AsyncProducer(self.kafka.producer(), self._loop, poll_wait=PRODUCER_POLL_WAIT, batched=True)
         self.reporter.publisher = Publisher(producer, self.topics, self.clock)
         consumer = self.kafka.consumer(
             workers_group(self.cfg.frontier.app_id, self.crawl),
