@@ -118,6 +118,9 @@ class PartitionWriter:
         self.commits = 0
         self.generations: Generations | None = None  # the store's writes of each transaction
         self._sealed: list[Any] = []  # their generations in the open transaction
+        # called as a transaction takes what was written (the partition's counters and crawl
+        # records, saved once a transaction instead of once per input record)
+        self.prepare: Callable[[], None] | None = None
 
     # -- life ---------------------------------------------------------------------------------
     async def start(self, timeout: float = 60.0) -> None:
@@ -224,6 +227,8 @@ class PartitionWriter:
     def _kick(self) -> None:
         if self._committing is not None or self.failed is not None:
             return
+        if self.prepare is not None and (self._log or self._held or self._then):
+            self.prepare()  # (its writes go in this transaction)
         if self._log or self._held:
             self._produce_held()
             if self.failed is not None:
