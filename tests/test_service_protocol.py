@@ -308,6 +308,7 @@ async def test_the_counters_and_crawl_records_are_saved_once_a_transaction_not_o
 
     writer.write = counted  # type: ignore[method-assign]
     commits = rec.commits
+    writer.window = 0.0  # (no group window: the next record's transaction begins at once)
     rec.hold.set()  # the first record's transaction stays in flight while the others come
     events = [Event() for _ in jobs]
     for job, event in zip(jobs, events, strict=True):
@@ -321,5 +322,5 @@ async def test_the_counters_and_crawl_records_are_saved_once_a_transaction_not_o
     await settle(svc)
     assert crawl_writes == 3 and rec.commits == commits + 2 and all(e.acked for e in events)  # c0 and c1 once each
     state = svc.topics.state
-    written = [crawl_dec.decode(v or b"") for t, k, v in rec.sent if t == state and k is not None and k.startswith(b"K")]
+    written = [crawl_dec.decode(v or b"") for t, k, v in rec.sent if t == state and k and k.startswith(b"K")]
     assert sorted(r.completed for r in written[-2:]) == [4, 4]  # the last transaction's: every result counted
