@@ -29,7 +29,7 @@ from frontier.partition import scopes as scopes_module
 from frontier.partition.keys import ACK_KEY
 from frontier.partition.records import crawl_dec
 from frontier.service.owned import _Owned
-from frontier.service.service import FrontierService
+from frontier.service.service import ROUND_GAP, FrontierService
 from frontier.service.writer import PartitionWriter
 from topics.schemas import (
     ControlCommand,
@@ -324,3 +324,30 @@ async def test_the_counters_and_crawl_records_are_saved_once_a_transaction_not_o
     state = svc.topics.state
     written = [crawl_dec.decode(v or b"") for t, k, v in rec.sent if t == state and k and k.startswith(b"K")]
     assert sorted(r.completed for r in written[-2:]) == [4, 4]  # the last transaction's: every result counted
+
+
+async def test_input_that_comes_within_the_round_gap_is_served_by_one_dispatch_round() -> None:
+    """Issue 39: with 50 crawls each small feedback record woke a dispatch round of its own over
+    every partition. A round begins ``ROUND_GAP`` after the last one began at the earliest: the
+    input of that gap is applied first, and one round serves it all."""
+    svc, _, _ = service(FrontierConfig(robots_obey=False))
+    rounds = 0
+
+    def counted() -> float:
+        nonlocal rounds
+        rounds += 1
+        return 0.5
+
+    svc.dispatch_once = counted  # type: ignore[method-assign]
+    loop = asyncio.ensure_future(svc.dispatch_loop())
+    try:
+        began = time.monotonic()
+        for _ in range(100):  # an input every 2 ms, each waking the loop
+            svc._wake.set()
+            await asyncio.sleep(0.002)
+        elapsed = time.monotonic() - began
+    finally:
+        svc.running = False
+        svc._wake.set()
+        await asyncio.wait_for(loop, 5)
+    assert rounds <= elapsed / ROUND_GAP + 3  # about one a gap (it was one an input: 100)
