@@ -231,3 +231,18 @@ async def test_records_written_within_the_group_window_wait_for_one_transaction(
     writer.commit(lambda: done.append("k5"))
     assert writer._committing is not None and rec.open[:1] == [("state", b"k5", b"v5")]
     assert await writer.close() is not None and rec.commits == 3
+
+
+async def test_a_close_does_not_wait_for_the_group_window() -> None:
+    """A rebalance closes every partition it takes away, one after another: what is left goes at once."""
+    rec = Recorder()
+    writer = PartitionWriter(rec, "state", 0, applied=-1)
+    writer.window = 30.0
+    await writer.start()
+    writer.write("state", b"v1", b"k1", 0)
+    writer.commit()
+    await until(lambda: rec.commits == 1)
+    writer.write("state", b"v2", b"k2", 0)
+    writer.commit()  # within the window
+    assert await asyncio.wait_for(writer.close(), 5) is not None
+    assert rec.commits == 2 and [k for _, k, _ in rec.sent] == [b"k1", ACK_KEY, b"k2", ACK_KEY]

@@ -74,6 +74,11 @@ class Generations(Protocol):
     def committed(self, gens: list[Any], offset: int, at: float | None = None) -> None: ...
 
 
+def _end(window: asyncio.Future[None]) -> None:
+    if not window.done():
+        window.set_result(None)
+
+
 class WriteFailed(RuntimeError):
     """The partition's writes did not commit; ``fenced``: another instance owns it now."""
 
@@ -130,6 +135,7 @@ class PartitionWriter:
         self.prepare: Callable[[], None] | None = None
         self.window = GROUP_WINDOW  # seconds between the starts of two transactions, at least
         self._began = -GROUP_WINDOW  # (monotonic) when the last transaction began
+        self._window: asyncio.Future[None] | None = None  # the group window under way
 
     # -- life ---------------------------------------------------------------------------------
     async def start(self, timeout: float = 60.0) -> None:
@@ -140,6 +146,9 @@ class PartitionWriter:
     async def close(self) -> int | None:
         """Commit what is open and let the producer go; the changelog offset the store is complete
         up to, or None when its writes did not all commit (then it is opened again from its last committed marker)."""
+        self.window = 0.0  # closing: what is left goes at once (a rebalance waits for it)
+        if self._window is not None and not self._window.done():
+            self._window.set_result(None)  # (a window under way ends now)
         try:
             while (self._committing is not None or self._written or self._then or self._log or self._held
                    or self._held_then):  # fmt: skip
@@ -255,10 +264,14 @@ class PartitionWriter:
     async def _after(self, wait: float) -> None:
         """The group window: what is written meanwhile (and the callbacks registered for it)
         goes in the transaction that begins when it ends."""
+        loop = asyncio.get_running_loop()
+        self._window = window = loop.create_future()
+        timer = loop.call_later(wait, _end, window)
         try:
-            await asyncio.sleep(wait)
+            await window  # (ended early by close)
         finally:
-            self._committing = None
+            timer.cancel()
+            self._committing = self._window = None
         self._then, self._held_then = self._then + self._held_then, []
         self._kick()
 
