@@ -11,6 +11,7 @@ the transport; the ordering it checks is what the real broker tests rely on):
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -26,8 +27,9 @@ from frontier.core.urls import parse_input
 from frontier.partition import PartitionFrontier
 from frontier.partition import scopes as scopes_module
 from frontier.partition.keys import ACK_KEY
+from frontier.partition.records import crawl_dec
 from frontier.service.owned import _Owned
-from frontier.service.service import FrontierService
+from frontier.service.service import ROUND_GAP, FrontierService
 from frontier.service.writer import PartitionWriter
 from topics.schemas import (
     ControlCommand,
@@ -278,3 +280,74 @@ async def test_the_routers_bytes_of_an_item_reach_the_worker_unchanged_and_a_bad
     assert job.item == parse_input(b"http://a.test/1")
     [(_, lease)] = list(f.kv.scan(b"L"))
     assert good in lease
+
+
+async def test_the_counters_and_crawl_records_are_saved_once_a_transaction_not_once_a_feedback_record() -> None:
+    """Issue 39: with 50 crawls a worker's feedback comes in many small records, and each record's
+    commit saved the counters and wrote every crawl record it touched again (0.55 crawl-record
+    writes a job). They are saved as a transaction takes the writes: records applied while a
+    commit is in flight share the next transaction's save, and each event is acknowledged only
+    once that transaction, holding its changes, committed."""
+    svc, rec, f = service(FrontierConfig(robots_obey=False, dispatch_lead=0.0))
+    crawls = ["c0", "c1"]
+    items = [parse_input(json.dumps({"url": f"http://h{n}.test/1", "crawl": crawls[n % 2]}).encode()) for n in range(8)]
+    f.ingest(items, 1000.0)
+    f.set_served_crawls(set(crawls), 1000.0)
+    jobs = f.dispatch(1000.0).jobs
+    assert len(jobs) == 8
+    svc.partitions.owned[0].commit()  # the dispatch's writes
+    await settle(svc)
+    writer = svc.partitions.owned[0].writer
+    crawl_writes = 0  # crawl records (K<crawl>) written to the partition's changelog
+    write = writer.write
+
+    def counted(topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None) -> None:
+        nonlocal crawl_writes
+        crawl_writes += key is not None and key.startswith(b"K")
+        write(topic, value, key, partition)
+
+    writer.write = counted  # type: ignore[method-assign]
+    commits = rec.commits
+    writer.window = 0.0  # (no group window: the next record's transaction begins at once)
+    rec.hold.set()  # the first record's transaction stays in flight while the others come
+    events = [Event() for _ in jobs]
+    for job, event in zip(jobs, events, strict=True):
+        i = job.item
+        fb = Feedback(lease=job.lease, host=i.host, domain=i.domain, url=i.url, outcome="fetched", status=200,
+                      sent_at=1000.0)  # fmt: skip
+        await svc.handle_feedback(0, FeedbackBatch(items=[fb]), event)
+    assert crawl_writes == 1  # the first record's transaction (c0's); the seven others wait for the next one
+    assert not any(e.acked for e in events)
+    rec.hold.clear()
+    await settle(svc)
+    assert crawl_writes == 3 and rec.commits == commits + 2 and all(e.acked for e in events)  # c0 and c1 once each
+    state = svc.topics.state
+    written = [crawl_dec.decode(v or b"") for t, k, v in rec.sent if t == state and k and k.startswith(b"K")]
+    assert sorted(r.completed for r in written[-2:]) == [4, 4]  # the last transaction's: every result counted
+
+
+async def test_input_that_comes_within_the_round_gap_is_served_by_one_dispatch_round() -> None:
+    """Issue 39: with 50 crawls each small feedback record woke a dispatch round of its own over
+    every partition. A round begins ``ROUND_GAP`` after the last one began at the earliest: the
+    input of that gap is applied first, and one round serves it all."""
+    svc, _, _ = service(FrontierConfig(robots_obey=False))
+    rounds = 0
+
+    def counted() -> float:
+        nonlocal rounds
+        rounds += 1
+        return 0.5
+
+    svc.dispatch_once = counted  # type: ignore[method-assign]
+    loop = asyncio.ensure_future(svc.dispatch_loop())
+    try:
+        began = time.monotonic()
+        for _ in range(100):  # an input every 2 ms, each waking the loop
+            svc._wake.set()
+            await asyncio.sleep(0.002)
+        elapsed = time.monotonic() - began
+    finally:
+        svc.running = False
+        svc._wake.set()
+        await asyncio.wait_for(loop, 5)
+    assert rounds <= elapsed / ROUND_GAP + 3  # about one a gap (it was one an input: 100)

@@ -203,3 +203,46 @@ async def test_records_a_full_queue_refused_are_sent_once_it_has_room() -> None:
     writer.commit()
     assert await writer.close() is not None
     assert rec.refused == 1 and [k for _, k, _ in rec.sent] == [b"k0", b"k1", b"k2", b"host", ACK_KEY]
+
+
+async def test_records_written_within_the_group_window_wait_for_one_transaction() -> None:
+    """Issue 39: with 50 crawls each small feedback record started a transaction of its own as
+    soon as the last one ended (128 transactions per 1,000 jobs against 2 with one crawl). The
+    next transaction begins ``window`` after the last one began: what is written meanwhile goes
+    in it, and its callbacks run once it committed; after a quiet spell a write goes at once."""
+    rec = Recorder()
+    writer = PartitionWriter(rec, "state", 0, applied=-1)
+    writer.window = 0.3
+    await writer.start()
+    done: list[str] = []
+    writer.write("state", b"v1", b"k1", 0)
+    writer.commit(lambda: done.append("k1"))  # the first: at once
+    await until(lambda: done == ["k1"])
+    for n in (2, 3, 4):
+        writer.write("state", b"v%d" % n, b"k%d" % n, 0)
+        writer.commit(lambda n=n: done.append(f"k{n}"))  # type: ignore[misc]
+        await asyncio.sleep(0.01)
+    assert rec.commits == 1 and done == ["k1"]  # within the window: none committed yet
+    await until(lambda: len(done) == 4)
+    assert rec.commits == 2 and done == ["k1", "k2", "k3", "k4"]
+    assert [k for _, k, _ in rec.sent] == [b"k1", ACK_KEY, b"k2", b"k3", b"k4", ACK_KEY]
+    await asyncio.sleep(0.3)  # a quiet spell: the next write goes at once
+    writer.write("state", b"v5", b"k5", 0)
+    writer.commit(lambda: done.append("k5"))
+    assert writer._committing is not None and rec.open[:1] == [("state", b"k5", b"v5")]
+    assert await writer.close() is not None and rec.commits == 3
+
+
+async def test_a_close_does_not_wait_for_the_group_window() -> None:
+    """A rebalance closes every partition it takes away, one after another: what is left goes at once."""
+    rec = Recorder()
+    writer = PartitionWriter(rec, "state", 0, applied=-1)
+    writer.window = 30.0
+    await writer.start()
+    writer.write("state", b"v1", b"k1", 0)
+    writer.commit()
+    await until(lambda: rec.commits == 1)
+    writer.write("state", b"v2", b"k2", 0)
+    writer.commit()  # within the window
+    assert await asyncio.wait_for(writer.close(), 5) is not None
+    assert rec.commits == 2 and [k for _, k, _ in rec.sent] == [b"k1", ACK_KEY, b"k2", ACK_KEY]

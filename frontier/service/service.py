@@ -64,6 +64,12 @@ from topics.schemas import (
 
 log = logging.getLogger("frontier")
 
+# seconds from the start of one dispatch round to the start of the next, at least: the input that
+# comes meanwhile is applied first and served by one round (issue 39: with 50 crawls each small
+# feedback record woke a round of its own over every partition; a partition's jobs wait for its
+# writer's group window anyway, frontier.service.writer.GROUP_WINDOW)
+ROUND_GAP = 0.02
+
 
 class FrontierService:
     """One process's frontier service: the input handlers (:meth:`handle_urls`,
@@ -332,6 +338,7 @@ class FrontierService:
             self.producer.raise_errors()  # a status or rejection record that failed is fatal
             if self.failure is not None:
                 raise self.failure
+            began = time.monotonic()
             timeout = self.dispatch_once()
             if timeout > 0:
                 self._wake.clear()
@@ -339,8 +346,8 @@ class FrontierService:
                     await asyncio.wait_for(self._wake.wait(), timeout=timeout)
                 except TimeoutError:
                     pass
-            else:
-                await asyncio.sleep(0)
+            rest = began + ROUND_GAP - time.monotonic()
+            await asyncio.sleep(rest if rest > 0 else 0)  # (the input of that gap: served by one round)
             if time.monotonic() - last_status > self.cfg.frontier.status_interval:
                 last_status = time.monotonic()
                 self.reporting.publish_status(self.clock())

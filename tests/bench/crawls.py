@@ -16,6 +16,7 @@ URL to have come once, and the default crawl's jobs topic to have stayed empty.
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import tempfile
@@ -214,6 +215,23 @@ def records_on(stack: Stack, topic: str) -> int:
         consumer.close()
 
 
+def per_1000_completed(log: list[str], key: str) -> float | None:
+    """``key`` of the frontier's periodic ``stats`` lines per 1,000 results completed between the
+    first line that counts a completion and the last line (a diagnostic: e.g. ``transactions``)."""
+    rows = []
+    for line in log:
+        _, found, rest = line.partition(" stats {")
+        if found:
+            try:
+                rows.append(ast.literal_eval("{" + rest.strip()))
+            except (ValueError, SyntaxError):
+                continue
+    rows = [r for r in rows if r.get("completed", 0) > 0 and key in r]
+    if len(rows) < 2 or rows[-1]["completed"] <= rows[0]["completed"]:
+        return None
+    return round(1000 * (rows[-1][key] - rows[0][key]) / (rows[-1]["completed"] - rows[0]["completed"]), 2)
+
+
 def make_jobs_topics(stack: Stack, names: list[str], partitions: int) -> None:
     """The crawls' jobs topics, as ``topics.admin.create_crawl_jobs`` makes them but with
     ``partitions`` partitions each (a diagnostic: fewer partitions in each transaction)."""
@@ -288,6 +306,8 @@ def run_crawls(
         "frontier_threads_cpu_s_per_1000_jobs": {k: round(v * per, 3) for k, v in threads[0].most_common(6)},
         "bench_threads_cpu_s_per_1000_jobs": {k: round(v * per, 3) for k, v in threads[1].most_common(6)},
         **({"cpu_s_per_1000_jobs_broker": round((cpu_after[2] - cpu_before[2]) * per, 3)} if broker_pid else {}),
+        # the frontier's transactions per 1,000 jobs completed (from its stats lines, every 10 s)
+        "transactions_per_1000_jobs": per_1000_completed(log, "transactions"),
         "jobs_consumed": sum(t.jobs for t in tallies),
         "duplicates": sum(t.jobs - len(t.urls) for t in tallies),
         "feedback_records": sum(t.feedback_records for t in tallies) + (pool.records if pool is not None else 0),
