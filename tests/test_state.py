@@ -103,6 +103,7 @@ class FakeChangelog:
         self.low = low
         self.high = max((o for o, _, _ in records), default=-1) + 1
         self.starts: list[int] = []
+        self.bulk: list[bool] = []  # whether each replay wrote in a bulk load
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(state, "changelog_watermarks", lambda *_: (self.low, self.high))
@@ -111,6 +112,7 @@ class FakeChangelog:
 
     def replay(self, kv: RocksKV, _conf: Any, _topic: str, _p: int, start: int) -> tuple[int, int]:
         self.starts.append(start)
+        self.bulk.append(kv.loading)
         first = self.low if start == OFFSET_BEGINNING else max(start, self.low)
         n = 0
         for offset, key, value in self.records:
@@ -151,6 +153,8 @@ def test_a_store_offline_past_the_retention_is_rebuilt(closed_store: Path, monke
         assert kv.get(LEASE) is None and kv.get(PAUSE) is None, "deletes resurrected"
         assert kv.get(QUEUED) == b"v" and kv.get(b"Snew9") == b"v"
         assert log.starts == [OFFSET_BEGINNING] and replayed == 6
+        assert log.bulk == [True], "a rebuild from nothing is a bulk load"
+        assert not kv.loading
         assert all(kv.get(k) is None for k in MARKER_KEYS)
     finally:
         kv.close()
@@ -162,6 +166,7 @@ def test_a_recent_store_replays_only_the_tail(closed_store: Path, monkeypatch: p
     kv, replayed, _ = open_partition(closed_store, {}, "state", 0, now=T + 3600)
     try:
         assert log.starts == [3] and replayed == 3
+        assert log.bulk == [False], "a tail is written as it comes (no compaction of the whole store after)"
         assert kv.get(LEASE) is None and kv.get(PAUSE) is None and kv.get(QUEUED) == b"v"
         assert all(kv.get(k) is None for k in MARKER_KEYS), "dirty until closed cleanly again"
     finally:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,6 +160,9 @@ def open_partition(
 
     ``now`` is the wall-clock time (default: ``time.time()``), ``retention`` the changelog's
     ``delete.retention.ms`` in seconds (default: read from the topic). Blocking: call it from a thread.
+
+    A rebuild from nothing is written as a bulk load (``RocksKV.bulk``: no compaction until the
+    whole changelog is in, then one), a tail as it comes.
     """
     start: int = OFFSET_BEGINNING
     if path.exists():
@@ -186,7 +190,9 @@ def open_partition(
     if counts is not None and start != counts.offset + 1:
         counts.drop()
     if counts is None or not counts.usable:
-        replayed, applied = replay(kv, client_conf, topic, partition, start)
+        # from nothing: written in bulk, compacted once at the end (nothing reads the store meanwhile)
+        with kv.bulk() if start == OFFSET_BEGINNING else nullcontext():
+            replayed, applied = replay(kv, client_conf, topic, partition, start)
     else:
         replayed, applied = replay(kv, client_conf, topic, partition, start, counts)
         counts.settle(kv)  # the queues the tail changed, counted again
