@@ -104,8 +104,10 @@ class FakeChangelog:
         self.high = max((o for o, _, _ in records), default=-1) + 1
         self.starts: list[int] = []
         self.bulk: list[bool] = []  # whether each replay wrote in a bulk load
+        self.trims: list[int] = []  # the free memory released, after how many replays
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(state, "release_free_memory", lambda: self.trims.append(len(self.starts)) or True)
         monkeypatch.setattr(state, "changelog_watermarks", lambda *_: (self.low, self.high))
         monkeypatch.setattr(state, "delete_retention", lambda *_: DAY)
         monkeypatch.setattr(state, "replay", self.replay)
@@ -154,6 +156,7 @@ def test_a_store_offline_past_the_retention_is_rebuilt(closed_store: Path, monke
         assert kv.get(QUEUED) == b"v" and kv.get(b"Snew9") == b"v"
         assert log.starts == [OFFSET_BEGINNING] and replayed == 6
         assert log.bulk == [True], "a rebuild from nothing is a bulk load"
+        assert log.trims == [1], "the restore's free memory not released after it"
         assert not kv.loading
         assert all(kv.get(k) is None for k in MARKER_KEYS)
     finally:
@@ -213,6 +216,18 @@ def test_an_old_standby_copy_is_rebuilt(tmp_path: Path, monkeypatch: pytest.Monk
         assert log.starts == [OFFSET_BEGINNING] and kv.get(LEASE) is None
     finally:
         kv.close()
+
+
+def test_a_store_with_nothing_to_replay_releases_nothing(closed_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = FakeChangelog([(2, QUEUED, b"v")])
+    log.install(monkeypatch)
+    kv, replayed, _ = open_partition(closed_store, {}, "state", 0, now=T + 60)
+    kv.close()
+    assert replayed == 0 and log.trims == []
+
+
+def test_free_memory_is_released_where_the_c_library_can() -> None:
+    assert state.release_free_memory() is (state._trim is not None)
 
 
 def test_default_retention_when_unreadable() -> None:

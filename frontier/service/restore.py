@@ -21,6 +21,7 @@ watermark moved past it). Either way the copy is wiped and the partition rebuilt
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import time
@@ -201,7 +202,32 @@ def open_partition(
     kv.put(COMMITTED_AT_KEY, encode_time(time.time() if now is None else now))
     kv.put(COMMITTED_KEY, str(applied).encode())
     kv.flush()
+    if replayed:
+        release_free_memory()
     return kv, replayed, applied
+
+
+def _malloc_trim() -> object:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc's (the process's own symbols)
+    except (AttributeError, OSError):
+        return None  # another C library: nothing to call
+
+
+_trim = _malloc_trim()
+
+
+def release_free_memory() -> bool:
+    """Give the pages the C allocator holds free back to the system (glibc's ``malloc_trim``;
+    False where there is none). A restore frees what it went through (the consumer's fetched
+    records, each batch's records and write batch, RocksDB's flush and compaction buffers) in
+    pieces glibc keeps otherwise, so a process was larger after a rebuild than after its ingest
+    (at 100,000 hosts 505 MiB against 353 on 2026-11-28). Blocking for a moment: called in the
+    restore's thread (ctypes lets go of the GIL)."""
+    if _trim is None:
+        return False
+    _trim(0)  # type: ignore[operator]
+    return True
 
 
 def replay(
