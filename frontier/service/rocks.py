@@ -274,6 +274,21 @@ class RocksKV:
                 return key, it.value()
         return None
 
+    def keys(self, prefix: bytes) -> Iterator[bytes]:
+        """The keys under ``prefix``, in order, without their values (a count of the queues' entries,
+        ``QueueCounts.scan``: half the CPU of ``scan``'s pairs, measured on 1.25M entries)."""
+        options = ReadOptions()  # (kept by this generator's frame as long as the iteration runs)
+        bound = prefix_end(prefix)
+        if bound is not None:
+            options.set_iterate_upper_bound(bound)
+            yield from self._db.keys(from_key=prefix, read_opt=options)
+            return
+        key: bytes  # (raw mode: every key is bytes)
+        for key in self._db.keys(from_key=prefix, read_opt=options):  # type: ignore[assignment]  # (0xff bytes alone)
+            if not key.startswith(prefix):
+                return
+            yield key
+
     def cursor(self, prefix: bytes, after: bytes = b"") -> Cursor:
         cursor = RocksCursor(self, self._db, prefix, after)
         self._cursors.add(cursor)
