@@ -699,3 +699,24 @@ def test_a_crawl_item_round_trips_and_the_default_crawl_is_left_out() -> None:
     item = sub("http://h.test/x", "a")
     assert msgspec.json.decode(msgspec.json.encode(item), type=UrlItem) == item
     assert b'"crawl"' not in msgspec.json.encode(parse_input(b"http://h.test/x"))  # default: left out
+
+
+def test_a_load_puts_each_crawls_queues_where_the_live_partition_has_them() -> None:
+    # Queues.load takes the default crawl's queues together and the others one by one: the loaded
+    # counts, indexes, groups, held and scheduled queues are those of the partition that queued them
+    kv, log = MemoryKV(), Log()
+    f = make(kv, log)
+    f.ingest(subs(None, "h.test", 3) + subs(None, "k.test", 2) + subs("a", "h.test", 2) + subs("b", "h.test", 3)
+             + subs("b", "solo.test", 2) + [sub("http://h.test/api", None, scopes=["api"]),
+                                            sub("http://h.test/api2", "a", scopes=["api"])], 0.0)  # fmt: skip
+    assert f.control(cmd("pause", "b"), 0.0) == 0
+    f.save_stats()
+    g = make(kv, log)
+    g.rebuild(1.0)
+    live, loaded = f.queues, g.queues
+    assert dict(loaded._queued) == {q: n for q, n in live._queued.items() if n}
+    assert {c: n for c, n in loaded._crawl_queued.items() if n} == {c: n for c, n in live._crawl_queued.items() if n}
+    assert loaded._multi == live._multi and loaded.groups == live.groups
+    held = {q for q in live._queued if q.startswith("b\x1e")}  # (the live one puts them aside as they come up)
+    assert len(held) == 2 and {c: q for c, q in loaded._parked.items() if q} == {"b": held}
+    assert set(loaded.scheduler._at) == set(live._queued) - held and len(loaded._multi) == 3

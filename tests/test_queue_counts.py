@@ -168,3 +168,22 @@ def test_the_counts_a_partition_closes_with_are_a_walks_of_its_store() -> None:
     counted, walked = f.queues.counted(), QueueCounts.scan(kv)
     assert counted.counts == walked.counts and sum(counted.counts.values()) == f.queued()
     assert counted.top >= walked.top  # (no sequence given here is odd: the walk's highest is one of them)
+
+
+def test_a_rocksdb_store_is_counted_from_its_keys_alone_as_a_walk_of_its_entries(tmp_path: Path) -> None:
+    rocks, memory = RocksKV(tmp_path / "p0"), MemoryKV()
+    try:
+        rng = random.Random(5)
+        entries = [(queue_key(QueueId(q), prio, seq), b"u") for q in ("a", "ab", "b", "crawl\x1ea", "h\x1fapi")
+                   for prio in (0, 3, -2) for seq in rng.sample(range(2, 10**9), 4)]  # fmt: skip
+        entries += [(b"P" + b"\xff" * 20, b"x"), (b"Sseen", b"x"), (b"R", b"x")]  # around the queue range
+        for kv in (rocks, memory):
+            for k, v in entries:
+                kv.put(k, v)
+        assert list(rocks.keys(b"Q")) == sorted(k for k, _ in entries if k[:1] == b"Q")
+        assert list(rocks.keys(b"P\xff")) == [b"P" + b"\xff" * 20] and list(rocks.keys(b"\xff")) == []
+        counted, walked = QueueCounts.scan(rocks), QueueCounts.scan(memory)
+        assert counted.counts == walked.counts and len(counted.counts) == 5 and set(counted.counts.values()) == {12}
+        assert counted.top == walked.top == max(int.from_bytes(k[-8:], "big") for k, _ in entries if k[:1] == b"Q")
+    finally:
+        rocks.close()

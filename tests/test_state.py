@@ -103,14 +103,18 @@ class FakeChangelog:
         self.low = low
         self.high = max((o for o, _, _ in records), default=-1) + 1
         self.starts: list[int] = []
+        self.bulk: list[bool] = []  # whether each replay wrote in a bulk load
+        self.trims: list[int] = []  # the free memory released, after how many replays
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setattr(state, "release_free_memory", lambda: self.trims.append(len(self.starts)) or True)
         monkeypatch.setattr(state, "changelog_watermarks", lambda *_: (self.low, self.high))
         monkeypatch.setattr(state, "delete_retention", lambda *_: DAY)
         monkeypatch.setattr(state, "replay", self.replay)
 
     def replay(self, kv: RocksKV, _conf: Any, _topic: str, _p: int, start: int) -> tuple[int, int]:
         self.starts.append(start)
+        self.bulk.append(kv.loading)
         first = self.low if start == OFFSET_BEGINNING else max(start, self.low)
         n = 0
         for offset, key, value in self.records:
@@ -151,6 +155,9 @@ def test_a_store_offline_past_the_retention_is_rebuilt(closed_store: Path, monke
         assert kv.get(LEASE) is None and kv.get(PAUSE) is None, "deletes resurrected"
         assert kv.get(QUEUED) == b"v" and kv.get(b"Snew9") == b"v"
         assert log.starts == [OFFSET_BEGINNING] and replayed == 6
+        assert log.bulk == [True], "a rebuild from nothing is a bulk load"
+        assert log.trims == [1], "the restore's free memory not released after it"
+        assert not kv.loading
         assert all(kv.get(k) is None for k in MARKER_KEYS)
     finally:
         kv.close()
@@ -162,6 +169,7 @@ def test_a_recent_store_replays_only_the_tail(closed_store: Path, monkeypatch: p
     kv, replayed, _ = open_partition(closed_store, {}, "state", 0, now=T + 3600)
     try:
         assert log.starts == [3] and replayed == 3
+        assert log.bulk == [False], "a tail is written as it comes (no compaction of the whole store after)"
         assert kv.get(LEASE) is None and kv.get(PAUSE) is None and kv.get(QUEUED) == b"v"
         assert all(kv.get(k) is None for k in MARKER_KEYS), "dirty until closed cleanly again"
     finally:
@@ -208,6 +216,18 @@ def test_an_old_standby_copy_is_rebuilt(tmp_path: Path, monkeypatch: pytest.Monk
         assert log.starts == [OFFSET_BEGINNING] and kv.get(LEASE) is None
     finally:
         kv.close()
+
+
+def test_a_store_with_nothing_to_replay_releases_nothing(closed_store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = FakeChangelog([(2, QUEUED, b"v")])
+    log.install(monkeypatch)
+    kv, replayed, _ = open_partition(closed_store, {}, "state", 0, now=T + 60)
+    kv.close()
+    assert replayed == 0 and log.trims == []
+
+
+def test_free_memory_is_released_where_the_c_library_can() -> None:
+    assert state.release_free_memory() is (state._trim is not None)
 
 
 def test_default_retention_when_unreadable() -> None:

@@ -4,9 +4,11 @@ does not grow with the number of open partitions or with the data they hold."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from rocksdict import Options, Rdict
 
 from frontier.service.rocks import BLOCK_CACHE_BYTES, WRITE_BUFFER_BYTES, RocksKV, _shared_memory
@@ -83,5 +85,47 @@ def test_the_store_keeps_its_data_across_a_reopen_with_these_options(tmp_path: P
         keys = [k for k, _ in kv.scan(b"S")]
         assert len(keys) == 999 and b"S%08d" % 5 not in keys and keys == sorted(keys)
         assert kv.first(b"S") == (b"S%08d" % 0, b"x" * 100)
+    finally:
+        kv.close()
+
+
+def test_a_bulk_load_compacts_nothing_until_its_end_then_everything_once(tmp_path: Path) -> None:
+    kv = RocksKV(tmp_path / "p0")
+    files = 6  # more level-0 files than start a compaction (RocksDB's trigger: 4)
+    try:
+        with kv.bulk():
+            assert kv.loading
+            for f in range(files):
+                kv.write_many((b"S%02d%06d" % (f, i), b"x" * 100) for i in range(1_000))
+                kv._db.flush()
+            assert kv.property("rocksdb.num-files-at-level0") == str(files), "compacted during the load"
+        assert not kv.loading
+        assert kv.property("rocksdb.num-files-at-level0") == "0", "not compacted at the end"
+        assert kv.get(b"S05000999") == b"x" * 100 and sum(1 for _ in kv.scan(b"S")) == files * 1_000
+        # compactions are on again: level-0 files past the trigger are compacted in the background
+        for f in range(files):
+            kv.write_many([(b"T%02d" % f, b"y")])
+            kv._db.flush()
+        deadline = time.monotonic() + 30
+        while int(kv.property("rocksdb.num-files-at-level0") or 0) >= 4:
+            assert time.monotonic() < deadline, "compactions still off after the bulk load"
+            time.sleep(0.05)
+    finally:
+        kv.close()
+
+
+def test_a_failed_bulk_load_turns_compactions_back_on_and_stops(tmp_path: Path) -> None:
+    kv = RocksKV(tmp_path / "p0")
+    try:
+        with pytest.raises(RuntimeError), kv.bulk():
+            for f in range(5):
+                kv.write_many([(b"S%02d" % f, b"x")])
+                kv._db.flush()
+            raise RuntimeError("the changelog failed")
+        assert not kv.loading
+        deadline = time.monotonic() + 30
+        while int(kv.property("rocksdb.num-files-at-level0") or 0) >= 4:
+            assert time.monotonic() < deadline, "compactions still off after a failed bulk load"
+            time.sleep(0.05)
     finally:
         kv.close()

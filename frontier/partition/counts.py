@@ -14,11 +14,27 @@ that the store opened is that copy, at that offset, and marks what it replays af
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from itertools import groupby
+from operator import itemgetter
+
 from frontier.core.kv import KV
 from frontier.partition.keys import QUEUE, QueueId, queue_of
 
 _TAIL = 12  # a queue key ends with its priority (4 bytes) and sequence (8): keys.queue_key
 _SEQ = 8
+_prefix_of = itemgetter(slice(None, -_TAIL))  # a queue key's queue prefix, ``Q<queue>\x00``
+_seq_of = itemgetter(slice(-_SEQ, None))  # its sequence, big-endian
+_key_of = itemgetter(0)
+
+
+def _keys(kv: KV, prefix: bytes) -> Iterator[bytes]:
+    """The keys under ``prefix``: read alone where the store can (``RocksKV.keys``), else from ``scan``."""
+    keys = getattr(kv, "keys", None)
+    if callable(keys):
+        found: Iterator[bytes] = keys(prefix)
+        return found
+    return map(_key_of, kv.scan(prefix))
 
 
 class QueueCounts:
@@ -47,21 +63,17 @@ class QueueCounts:
         """Count every queue entry of ``kv`` (the walk that the counts spare an open)."""
         made = cls()
         counts = made.counts
-        # a queue's entries are contiguous: its prefix is cut once, at its first entry, and the
-        # highest sequence is found by comparing the keys' big-endian tails (one C call each)
-        prefix, n, tail = b"", 0, b""
-        for key, _ in kv.scan(QUEUE):
-            if prefix and key.startswith(prefix):
-                n += 1
-            else:
-                if n:
-                    counts[queue_of(prefix)] = n
-                prefix, n = key[:-_TAIL], 1
-            if key[-_SEQ:] > tail:
-                tail = key[-_SEQ:]
-        if n:
-            counts[queue_of(prefix)] = n
-        made.top = int.from_bytes(tail, "big") if tail else 0
+        top = b""
+        # a queue's entries are contiguous: grouped by their prefix (``Q<queue>\x00``, cut in C),
+        # counted by the group's length, the highest sequence found by comparing the keys'
+        # big-endian tails (C calls only: a rebuild at 1M hosts walks 10M entries)
+        for prefix, group in groupby(_keys(kv, QUEUE), _prefix_of):
+            entries = list(group)
+            counts[queue_of(prefix)] = len(entries)
+            tail = max(map(_seq_of, entries))
+            if tail > top:
+                top = tail
+        made.top = int.from_bytes(top, "big") if top else 0
         return made
 
     def touched(self, key: bytes, value: bytes | None) -> None:

@@ -31,6 +31,7 @@ from frontier.partition.crawls import Crawls
 from frontier.partition.heads import Heads
 from frontier.partition.keys import (
     CRAWL_SEP,
+    SEP,
     QueueId,
     entry_priority,
     is_multi,
@@ -350,16 +351,24 @@ class Queues:
         top = max(top, counts.top)
         # (a previous owner whose clock ran ahead gave places this instance's clock has not reached)
         self._seq = top & ~1
+        # taken a crawl at a time: the default crawl's queues (most often all, a million at 1M hosts
+        # over a few partitions) by one filter and one sum, without a call per queue
+        queued = self._queued
+        default = [q for q in queued if CRAWL_SEP not in q]
+        of_crawl: dict[str, list[QueueId]] = {DEFAULT_CRAWL: default} if default else {}
+        if len(default) < len(queued):
+            for qid in queued:
+                if CRAWL_SEP in qid:
+                    of_crawl.setdefault(queue_crawl(qid), []).append(qid)
         due: list[QueueId] = []
-        for qid, n in self._queued.items():
-            crawl = queue_crawl(qid)
-            self._crawl_queued[crawl] += n
+        for crawl, qids in of_crawl.items():
+            self._crawl_queued[crawl] += sum(map(queued.__getitem__, qids))
             if self._crawls.get(crawl) is None:  # a store written before crawls: the default crawl has no record
                 self._crawls.record(crawl)
             if self._crawls.waits(crawl):
-                self._parked[crawl].add(qid)
+                self._parked[crawl].update(qids)
             else:
-                due.append(qid)
-            if is_multi(qid):
-                self.index(qid)
+                due += qids
+        for qid in [q for q in queued if SEP in q or CRAWL_SEP in q]:  # (is_multi)
+            self.index(qid)
         self.scheduler.schedule_many(due, now)

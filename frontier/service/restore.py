@@ -21,9 +21,11 @@ watermark moved past it). Either way the copy is wiped and the partition rebuilt
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import math
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -159,6 +161,9 @@ def open_partition(
 
     ``now`` is the wall-clock time (default: ``time.time()``), ``retention`` the changelog's
     ``delete.retention.ms`` in seconds (default: read from the topic). Blocking: call it from a thread.
+
+    A rebuild from nothing is written as a bulk load (``RocksKV.bulk``: no compaction until the
+    whole changelog is in, then one), a tail as it comes.
     """
     start: int = OFFSET_BEGINNING
     if path.exists():
@@ -186,7 +191,9 @@ def open_partition(
     if counts is not None and start != counts.offset + 1:
         counts.drop()
     if counts is None or not counts.usable:
-        replayed, applied = replay(kv, client_conf, topic, partition, start)
+        # from nothing: written in bulk, compacted once at the end (nothing reads the store meanwhile)
+        with kv.bulk() if start == OFFSET_BEGINNING else nullcontext():
+            replayed, applied = replay(kv, client_conf, topic, partition, start)
     else:
         replayed, applied = replay(kv, client_conf, topic, partition, start, counts)
         counts.settle(kv)  # the queues the tail changed, counted again
@@ -195,7 +202,32 @@ def open_partition(
     kv.put(COMMITTED_AT_KEY, encode_time(time.time() if now is None else now))
     kv.put(COMMITTED_KEY, str(applied).encode())
     kv.flush()
+    if replayed:
+        release_free_memory()
     return kv, replayed, applied
+
+
+def _malloc_trim() -> object:
+    try:
+        return ctypes.CDLL(None).malloc_trim  # glibc's (the process's own symbols)
+    except (AttributeError, OSError):
+        return None  # another C library: nothing to call
+
+
+_trim = _malloc_trim()
+
+
+def release_free_memory() -> bool:
+    """Give the pages the C allocator holds free back to the system (glibc's ``malloc_trim``;
+    False where there is none). A restore frees what it went through (the consumer's fetched
+    records, each batch's records and write batch, RocksDB's flush and compaction buffers) in
+    pieces glibc keeps otherwise, so a process was larger after a rebuild than after its ingest
+    (at 100,000 hosts 505 MiB against 353 on 2026-11-28). Blocking for a moment: called in the
+    restore's thread (ctypes lets go of the GIL)."""
+    if _trim is None:
+        return False
+    _trim(0)  # type: ignore[operator]
+    return True
 
 
 def replay(

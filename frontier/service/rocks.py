@@ -13,6 +13,7 @@ from __future__ import annotations
 import shutil
 import weakref
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,13 @@ MEMTABLE_BYTES = 4 * 1024 * 1024  # per database; at most 2 of them (one being f
 BLOCK_CACHE_BYTES = 64 * 1024 * 1024  # shared by every database of the process
 WRITE_BUFFER_BYTES = 32 * 1024 * 1024  # all memtables of the process together: flushed early beyond
 BLOOM_BITS_PER_KEY = 10  # ~1 % false positives: a lookup of a URL never seen skips the files without it
+L0_SLOWDOWN, L0_STOP = 20, 36  # level-0 files that slow down, then stop, writes (RocksDB's defaults)
+# A bulk load (RocksKV.bulk): no compaction while it writes, and no level-0 limit meanwhile (the files
+# wait for the one compaction at its end)
+_BULK = {"disable_auto_compactions": "true", "level0_slowdown_writes_trigger": str(1 << 30),
+         "level0_stop_writes_trigger": str(1 << 30)}  # fmt: skip
+_NOT_BULK = {"disable_auto_compactions": "false", "level0_slowdown_writes_trigger": str(L0_SLOWDOWN),
+             "level0_stop_writes_trigger": str(L0_STOP)}  # fmt: skip
 
 _shared: tuple[Cache, WriteBufferManager] | None = None
 
@@ -56,6 +64,8 @@ def rocks_options() -> Options:
     # default, times every owned partition, would dominate the frontier's RSS) ...
     opts.set_write_buffer_size(MEMTABLE_BYTES)
     opts.set_max_write_buffer_number(2)
+    opts.set_level_zero_slowdown_writes_trigger(L0_SLOWDOWN)  # (named: a bulk load sets them back)
+    opts.set_level_zero_stop_writes_trigger(L0_STOP)
     # ... and for all of them together.
     opts.set_write_buffer_manager(write_buffers)
     table = BlockBasedOptions()
@@ -165,6 +175,7 @@ class RocksKV:
         # that loses them (the log is replayed over the flushed files), so they are flushed first.
         self._unlogged = False
         self._cursors: weakref.WeakSet[RocksCursor] = weakref.WeakSet()
+        self.loading = False  # a bulk load under way (:meth:`bulk`)
 
     def get(self, key: bytes) -> bytes | None:
         value: bytes | None = self._db.get(key)
@@ -202,6 +213,30 @@ class RocksKV:
             self._db.flush(True)
             self._unlogged = False
 
+    @contextmanager
+    def bulk(self) -> Iterator[None]:
+        """A bulk load: the writes inside (a rebuild from nothing, which nothing reads until it
+        ends) go to level-0 files without any compaction, and once they are done, the whole store
+        is compacted at once, in the caller's thread (RocksDB works without the GIL). Each record
+        is then rewritten once, not again at every level as level 0 fills up: a partition's 2.5M
+        changelog records (1M hosts over 8 partitions) cost about a quarter less CPU, and the
+        store ends compacted (a walk of its queues reads no pile of level-0 files). On an error
+        inside, compactions are turned back on and nothing more is done."""
+        self._db.set_options(_BULK)
+        self.loading = True
+        try:
+            yield
+        finally:
+            self.loading = False
+            self._db.set_options(_NOT_BULK)
+        self.flush()  # (after the options: the last memtable's file is compacted too)
+        self._db.compact_range(None, None)
+
+    def property(self, name: str) -> str | None:
+        """A RocksDB property of the database (``rocksdb.num-files-at-level0``: for tests and probes)."""
+        value: str | None = self._db.property_value(name)
+        return value
+
     def scan(self, prefix: bytes, after: bytes = b"") -> Iterator[tuple[bytes, bytes]]:
         # Bounded to the prefix: without an upper bound, a seek into an emptied range walks every
         # deleted entry after it (until compaction), e.g. 0.9 ms per seek past 20,000 drained queues.
@@ -235,6 +270,21 @@ class RocksKV:
             if key.startswith(prefix):
                 return key, it.value()
         return None
+
+    def keys(self, prefix: bytes) -> Iterator[bytes]:
+        """The keys under ``prefix``, in order, without their values (a count of the queues' entries,
+        ``QueueCounts.scan``: half the CPU of ``scan``'s pairs, measured on 1.25M entries)."""
+        options = ReadOptions()  # (kept by this generator's frame as long as the iteration runs)
+        bound = prefix_end(prefix)
+        if bound is not None:
+            options.set_iterate_upper_bound(bound)
+            yield from self._db.keys(from_key=prefix, read_opt=options)
+            return
+        key: bytes  # (raw mode: every key is bytes)
+        for key in self._db.keys(from_key=prefix, read_opt=options):  # type: ignore[assignment]  # (0xff bytes alone)
+            if not key.startswith(prefix):
+                return
+            yield key
 
     def cursor(self, prefix: bytes, after: bytes = b"") -> Cursor:
         cursor = RocksCursor(self, self._db, prefix, after)
