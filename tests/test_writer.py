@@ -213,6 +213,8 @@ async def test_records_written_within_the_group_window_wait_for_one_transaction(
     rec = Recorder()
     writer = PartitionWriter(rec, "state", 0, applied=-1)
     writer.window = 0.3
+    now = [100.0]
+    writer.clock = lambda: now[0]  # the window's clock: moved by hand below
     await writer.start()
     done: list[str] = []
     writer.write("state", b"v1", b"k1", 0)
@@ -223,10 +225,11 @@ async def test_records_written_within_the_group_window_wait_for_one_transaction(
         writer.commit(lambda n=n: done.append(f"k{n}"))  # type: ignore[misc]
         await asyncio.sleep(0)  # (a turn of the loop each: the window, 0.3 s, is far off)
     assert rec.commits == 1 and done == ["k1"]  # within the window: none committed yet
+    now[0] += 0.3  # the window passes (its timer, 0.3 s of the loop's own time, then finds it ended)
     await until(lambda: len(done) == 4)
     assert rec.commits == 2 and done == ["k1", "k2", "k3", "k4"]
     assert [k for _, k, _ in rec.sent] == [b"k1", ACK_KEY, b"k2", b"k3", b"k4", ACK_KEY]
-    await asyncio.sleep(0.3)  # a quiet spell: the next write goes at once
+    now[0] += 0.3  # a quiet spell: the next write goes at once
     writer.write("state", b"v5", b"k5", 0)
     writer.commit(lambda: done.append("k5"))
     assert writer._committing is not None and rec.open[:1] == [("state", b"k5", b"v5")]

@@ -134,6 +134,7 @@ class PartitionWriter:
         # records, saved once a transaction instead of once per input record)
         self.prepare: Callable[[], None] | None = None
         self.window = GROUP_WINDOW  # seconds between the starts of two transactions, at least
+        self.clock: Callable[[], float] = time.monotonic  # the window's clock (a test's to set)
         self._began = -GROUP_WINDOW  # (monotonic) when the last transaction began
         self._window: asyncio.Future[None] | None = None  # the group window under way
 
@@ -147,8 +148,8 @@ class PartitionWriter:
         """Commit what is open and let the producer go; the changelog offset the store is complete
         up to, or None when its writes did not all commit (then it is opened again from its last committed marker)."""
         self.window = 0.0  # closing: what is left goes at once (a rebalance waits for it)
-        if self._window is not None and not self._window.done():
-            self._window.set_result(None)  # (a window under way ends now)
+        if self._window is not None:
+            _end(self._window)  # (a window under way ends now)
         try:
             while (self._committing is not None or self._written or self._then or self._log or self._held
                    or self._held_then):  # fmt: skip
@@ -247,7 +248,7 @@ class PartitionWriter:
             return
         if not (self._log or self._held or self._then or self._written):
             return
-        wait = self._began + self.window - time.monotonic()
+        wait = self._began + self.window - self.clock()
         if wait > 0:  # the last transaction began a moment ago: this one takes what comes meanwhile
             self._committing = asyncio.ensure_future(self._after(wait))
             return
@@ -258,7 +259,7 @@ class PartitionWriter:
             if self.failed is not None:
                 return
         if self._written or self._then:
-            self._began = time.monotonic()
+            self._began = self.clock()
             self._committing = asyncio.ensure_future(self._commit_round())
 
     async def _after(self, wait: float) -> None:
