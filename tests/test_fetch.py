@@ -39,6 +39,12 @@ async def _big(_: web.Request) -> web.Response:
     return web.Response(body=b"x" * 300_000)
 
 
+async def _gzipped(_: web.Request) -> web.Response:
+    response = web.Response(text="<p>" + "z" * 5000 + "</p>", content_type="text/html")
+    response.enable_compression()
+    return response
+
+
 async def _hang(_: web.Request) -> web.Response:
     await asyncio.sleep(1.5)  # the client's timeout (0.3 s) must fire first
     return web.Response(text="never")
@@ -61,7 +67,7 @@ async def _reset(request: web.Request) -> web.Response:
 @pytest.fixture
 async def server() -> AsyncIterator[str]:
     app = web.Application()
-    for path, handler in {"/ok": _ok, "/slow": _slow_headers, "/redirect": _redirect, "/big": _big,
+    for path, handler in {"/ok": _ok, "/slow": _slow_headers, "/redirect": _redirect, "/big": _big, "/gzip": _gzipped,
                           "/hang": _hang, "/503": _unavailable, "/reset": _reset}.items():  # fmt: skip
         app.router.add_get(path, handler)
     app.router.add_get("/status/{code}", _status)
@@ -95,6 +101,41 @@ async def test_redirect_is_reported_not_followed(server: str, session: aiohttp.C
 async def test_body_is_capped(server: str, session: aiohttp.ClientSession) -> None:
     r = await fetch(session, f"{server}/big", 5, 100_000)
     assert r.truncated and len(r.body) == 100_000
+
+
+async def test_a_body_that_came_with_its_headers_is_capped_and_decoded(
+    server: str, session: aiohttp.ClientSession
+) -> None:
+    """A small body is in as soon as its headers are (taken at once): the same cap, the same decoding."""
+    whole = await fetch(session, f"{server}/ok", 5, 1_000_000)
+    cut = await fetch(session, f"{server}/ok", 5, 5)
+    assert (cut.status, cut.error, cut.truncated, cut.body) == (200, "", True, whole.body[:5])
+    exact = await fetch(session, f"{server}/ok", 5, len(whole.body))
+    assert (exact.truncated, exact.body) == (False, whole.body)
+    unzipped = await fetch(session, f"{server}/gzip", 5, 1_000_000)
+    assert unzipped.headers["content-encoding"] in ("gzip", "deflate")
+    assert unzipped.body == b"<p>" + b"z" * 5000 + b"</p>"
+    capped = await fetch(session, f"{server}/gzip", 5, 100)
+    assert (capped.truncated, capped.body) == (True, unzipped.body[:100])
+
+
+async def test_a_body_cut_short_is_truncated() -> None:
+    """Fewer bytes than its Content-Length, then the connection closes: an error, whatever came."""
+
+    async def short(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nContent-Type: text/html\r\n\r\n0123456789")
+        await writer.drain()
+        writer.close()
+
+    listening = await asyncio.start_server(short, HOST, 0)
+    port = listening.sockets[0].getsockname()[1]
+    try:
+        async with aiohttp.ClientSession() as session:
+            r = await fetch(session, f"http://{HOST}:{port}/", 5, 1_000_000)
+    finally:
+        listening.close()
+    assert r.status == 200 and r.error == "truncated"
 
 
 async def test_error_kinds(server: str, session: aiohttp.ClientSession) -> None:

@@ -156,15 +156,21 @@ async def fetch(
                 result.headers = hdrs
                 if on_headers is not None:
                     on_headers(result)
-                chunks: list[bytes] = []
-                size = 0
-                async for chunk in resp.content.iter_chunked(65536):
-                    chunks.append(chunk)
-                    size += len(chunk)
-                    if size > max_body:
-                        result.truncated = True
-                        break
-                result.body = b"".join(chunks)[:max_body]
+                content = resp.content
+                if content.is_eof():  # the whole body came with the headers (most pages): taken as it is
+                    body = content.read_nowait()
+                    result.truncated = len(body) > max_body
+                    result.body = body[:max_body]
+                else:
+                    chunks: list[bytes] = []
+                    size = 0
+                    async for chunk in content.iter_chunked(65536):
+                        chunks.append(chunk)
+                        size += len(chunk)
+                        if size > max_body:
+                            result.truncated = True
+                            break
+                    result.body = b"".join(chunks)[:max_body]
     except TimeoutError:
         result.error = "timeout"
     except (aiohttp.ClientSSLError, aiohttp.ClientConnectorCertificateError):
