@@ -53,11 +53,18 @@ class Largest:
         """The ``n`` largest queues and their counts, largest first."""
         counts = self._counts
         if n <= self.keep and self.floor is not None and len(counts) > 2 * self.keep:
-            # sorted by the Counter's own lookup (C calls only: a gone queue reads 0), and pairs
-            # made for the n kept (it ran every status snapshot over up to 2 * keep candidates)
-            ranked = sorted(self._top, key=counts.__getitem__, reverse=True)[:n]
-            if len(ranked) >= n and counts[ranked[-1]] >= max(1, self.floor):
-                return [(q, counts[q]) for q in ranked]
+            # the candidates still at the floor or above: one that left the counts, or shrank under
+            # the floor, leaves the set (every queue outside holds at most the floor still; it comes
+            # back when it grows past it). Kept, the gone ones were sorted again at every snapshot
+            # (a Python ``__missing__`` call each: with 50 crawls most queues hold one URL and go
+            # with it), the most of a ranking's cost
+            floor, get = max(1, self.floor), counts.get
+            alive = [q for q in self._top if get(q, 0) >= floor]
+            if len(alive) < len(self._top):
+                self._top = set(alive)
+            if len(alive) >= n:  # (each at the floor or above: no queue outside holds more)
+                # sorted by the Counter's own lookup (C calls only), pairs made for the n kept
+                return [(q, counts[q]) for q in sorted(alive, key=counts.__getitem__, reverse=True)[:n]]
         return self._rank(n)
 
     def _rank(self, n: int) -> list[tuple[QueueId, int]]:
