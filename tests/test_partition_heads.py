@@ -142,7 +142,7 @@ def test_a_status_ranking_of_many_queues_does_not_rank_every_queue() -> None:
     assert queues._largest.rescans == 1
 
 
-def test_the_candidates_gone_or_under_the_floor_leave_the_set() -> None:
+def test_the_candidates_gone_from_the_counts_leave_the_set() -> None:
     """Issue 39: with 50 crawls most queues hold one URL and go with it; the candidates kept held
     the gone ones, each looked up and sorted again at every status snapshot (the most of a
     ranking's cost). They leave the set at the next ranking, which still gives the full one's counts."""

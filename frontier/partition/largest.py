@@ -53,18 +53,17 @@ class Largest:
         """The ``n`` largest queues and their counts, largest first."""
         counts = self._counts
         if n <= self.keep and self.floor is not None and len(counts) > 2 * self.keep:
-            # the candidates still at the floor or above: one that left the counts, or shrank under
-            # the floor, leaves the set (every queue outside holds at most the floor still; it comes
-            # back when it grows past it). Kept, the gone ones were sorted again at every snapshot
-            # (a Python ``__missing__`` call each: with 50 crawls most queues hold one URL and go
-            # with it), the most of a ranking's cost
-            floor, get = max(1, self.floor), counts.get
-            alive = [q for q in self._top if get(q, 0) >= floor]
-            if len(alive) < len(self._top):
+            # the candidates still counted (C calls only); one gone from the counts leaves the set.
+            # Kept, the gone ones were looked up through ``Counter.__missing__`` (a Python call each)
+            # and sorted again at every snapshot: with 50 crawls most queues hold one URL and go with it
+            top = self._top
+            alive = list(filter(counts.__contains__, top))
+            if len(alive) < len(top):
                 self._top = set(alive)
-            if len(alive) >= n:  # (each at the floor or above: no queue outside holds more)
-                # sorted by the Counter's own lookup (C calls only), pairs made for the n kept
-                return [(q, counts[q]) for q in sorted(alive, key=counts.__getitem__, reverse=True)[:n]]
+            # sorted by the Counter's own lookup, and pairs made for the n kept
+            ranked = sorted(alive, key=counts.__getitem__, reverse=True)[:n]
+            if len(ranked) >= n and counts[ranked[-1]] >= max(1, self.floor):
+                return [(q, counts[q]) for q in ranked]
         return self._rank(n)
 
     def _rank(self, n: int) -> list[tuple[QueueId, int]]:
