@@ -25,7 +25,6 @@ import pytest
 
 from frontier.config import AutoThrottleSettings, FrontierConfig, ScopeSettings, ThrottleConfig
 from frontier.core.kv import MemoryKV
-from frontier.core.scheduler import Scheduler
 from frontier.core.urls import Rejection, parse_input, seen_fingerprint, url_fingerprint
 from frontier.partition import PartitionFrontier
 from frontier.partition.keys import QueueId
@@ -276,57 +275,6 @@ def test_a_round_gives_a_host_shared_by_many_crawls_one_turn_that_waits(monkeypa
     assert sorted(crawls_of(jobs[:20])) == names and sorted(crawls_of(jobs[20:])) == names  # each crawl in turn
     assert_polite(jobs)
     assert f.queued() == 0 and f.inflight == 0
-
-
-def test_a_turn_of_a_host_shared_by_many_crawls_pops_a_few_queues_not_one_per_crawl(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Issue 39: the crawls' queues of a host that lost its turn each waited for its next response
-    (or its next slot), and each was popped again then, only to follow the next turn (20 crawls:
-    about 20 pops a job); and the queue of a response's lease, gone with its last URL, still chose
-    among the host's crawls. They follow out of the schedule now, woken by a turn that chooses:
-    the same jobs, each crawl in turn, one delay for the host, a few pops a job whatever the crawls."""
-    names = [f"c{n:02d}" for n in range(20)]
-    f = make()
-    for name in names:
-        f.ingest(subs(name, "h.test", 2), 0.0)
-    pops: list[str] = []
-    pop_due = Scheduler.pop_due
-
-    def counting(self: Scheduler, now: float) -> str | None:
-        qid = pop_due(self, now)
-        if qid is not None:
-            pops.append(qid)
-        return qid
-
-    monkeypatch.setattr(Scheduler, "pop_due", counting)
-    jobs = Sim(f).run(until=100.0)
-    assert len(jobs) == 40 and len({j.item.url for j in jobs}) == 40
-    assert sorted(crawls_of(jobs[:20])) == names and sorted(crawls_of(jobs[20:])) == names  # each crawl in turn
-    assert_polite(jobs)
-    assert f.queued() == 0 and f.inflight == 0
-    assert len(pops) <= 8 * len(jobs), f"{len(pops)} pops for {len(jobs)} jobs"
-    assert not f.queues.followers
-
-
-def test_a_crawls_queue_following_the_turns_of_its_host_goes_when_the_others_leave() -> None:
-    """Followers out of the schedule are woken when the queue they followed leaves without a turn:
-    sent its last URL, or put aside with its crawl (paused): no URL stays behind."""
-    f = make()
-    for name in ("a", "b", "c"):
-        f.ingest(subs(name, "h.test", 3), 0.0)
-    sim = Sim(f)
-    first = sim.run(until=1.5)
-    assert len(first) == 2 and len(set(crawls_of(first))) == 2
-    paused = crawls_of(first)[-1]  # (the queue the others follow, or about to be)
-    f.control(cmd("pause", paused), sim.now)
-    rest = sim.run(until=100.0)
-    sent = Counter(crawls_of([*first, *rest]))
-    assert sent == {paused: 1, **{c: 3 for c in ("a", "b", "c") if c != paused}}
-    assert_polite([*first, *rest])
-    f.control(cmd("resume", paused), sim.now)
-    assert crawls_of(sim.run(until=200.0)) == [paused, paused]
-    assert f.queued() == 0 and f.inflight == 0 and not f.queues.followers
 
 
 def test_the_highest_priority_head_goes_first_whatever_the_crawl() -> None:

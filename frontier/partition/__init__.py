@@ -24,8 +24,6 @@ learnt, and tested on a ``MemoryKV``, from its module alone.
 - ``seen.py``        ``SeenSet``: the seen set (``S``), its lifecycle, the sweep       ← crawls
 - ``queues.py``      ``Queues``: the queues (``Q``), counts, scheduler, scope index, turns
                      between crawls, parked queues, ``Waiters``                          ← crawls
-- ``followers.py``   ``Followers``: the crawls' queues out of the schedule, following another's
-                     turn of their scopes (woken when it leaves without one)
 - ``counts.py``      ``QueueCounts``: each queue's entries, counted ahead of an open (a standby
                      copy's), taken by ``Queues.load``
 - ``scopes.py``      ``Scopes``: scopes of a URL, settings, overrides (``O``), policy

@@ -75,12 +75,6 @@ class Dispatcher:
             if not group:
                 self._serve(qid, now, out)
                 continue
-            if qid != base and not queues.has(qid):
-                # a crawl's queue gone with its last URL, woken by that URL's response: no turn of
-                # its own (every live queue of the group is scheduled, or waits for a response of its
-                # scopes, itself: the response that woke this one woke them). With 50 crawls on a
-                # host most queues hold one URL: this was a choice among the group per job
-                continue
             chosen = waiting.get(base)
             if chosen is not None and chosen != qid:
                 self._follow(qid, chosen, now)
@@ -88,7 +82,6 @@ class Dispatcher:
             # other crawls queue URLs of these scopes: the turn goes to one of them, and the queue
             # popped follows it (the same scopes decide the same: sent, due later, or waiting)
             chosen = queues.choose(qid, group)
-            queues.followers.active(chosen)
             if chosen != qid:
                 scheduler.discard(chosen)  # served now: where it goes next is what serving it says
             sent = len(out.records) + len(out.reports)
@@ -176,18 +169,18 @@ class Dispatcher:
         return at is None or at > now
 
     def _follow(self, qid: QueueId, chosen: QueueId, now: float) -> None:
-        """``qid`` lost its turn to ``chosen`` (its scopes'): it follows ``chosen``, scheduled or
-        waiting for a response of its scopes, out of the schedule (``Followers.follow``): the group's
-        next turn chooses among them all again (one pop a turn, not one per
-        crawl). When ``chosen`` is gone (its last URL sent), ``qid`` is due now."""
+        """``qid`` lost its turn to ``chosen`` (its scopes'): it goes when ``chosen`` goes next, or,
+        when ``chosen`` waits for a response, waits for one of its scopes too."""
         queues = self._queues
         if queues.count(qid) <= 0:
             queues.forget(qid)
             return
-        if not queues.has(chosen):
-            queues.scheduler.schedule(qid, now)
+        at = queues.scheduler.scheduled_at(chosen)
+        if at is not None or not queues.has(chosen):
+            queues.scheduler.schedule(qid, now if at is None else at)
             return
-        queues.followers.follow(qid)
+        for scope in queue_scopes(qid):  # chosen waits as a waiter: woken by the next response of its scopes
+            queues.waiters.add(scope, qid)
 
     def _need_robots(
         self, qid: QueueId, item: UrlItem, scopes: list[str], site: str, now: float, out: Dispatch

@@ -13,8 +13,7 @@ Interface: ``qkey``/``qkey_due`` (a new entry's place), ``enqueue``/``enqueue_ba
 ``dequeued``, ``forget`` (a queue leaves), ``index``, ``choose``/``took_turn`` (turns between
 crawls), ``park``/``unpark``, ``wake_covered``, ``remove_if``, ``emptied``, ``forget_crawl``,
 the counts (``count``, ``of_crawl``, ``of_scope``, ``largest``, ``queued_in``, ``crawl_queued``),
-``load``. ``scheduler``, ``groups``, ``followers`` (the crawls' queues that follow another's turn,
-:mod:`~frontier.partition.followers`) and ``heads`` (the queues' first entries kept in memory,
+``load``. ``scheduler``, ``groups`` and ``heads`` (the queues' first entries kept in memory,
 :class:`~frontier.partition.heads.Heads`) are read by the dispatch loop (its hot path), ``waiters``
 is handed to ``Scopes`` (a full scope registers its waiting queues). Depends on: the store and
 ``Crawls`` (whether a crawl waits).
@@ -29,7 +28,6 @@ from frontier.core.control import covers
 from frontier.core.scheduler import Scheduler
 from frontier.partition.counts import QueueCounts
 from frontier.partition.crawls import Crawls
-from frontier.partition.followers import Followers
 from frontier.partition.heads import Heads
 from frontier.partition.keys import (
     CRAWL_SEP,
@@ -101,7 +99,6 @@ class Queues:
         self.heads = Heads(self._kv)
         self._largest = Largest(self._queued)  # the busiest queues, kept as they grow (status)
         self._turn = 0
-        self.followers = Followers(self.scheduler)  # the crawls' queues that follow another's turn
         self._parked: dict[str, set[QueueId]] = defaultdict(set)  # waiting crawl → its queues put aside
         self._seq = 0  # queue sequence: monotonic (FIFO within a priority), see qkey
         self._due_low = 0  # where the next due-time key looks for a free place (qkey_due)
@@ -189,8 +186,7 @@ class Queues:
 
     def forget(self, qid: QueueId) -> None:
         """Remove ``qid`` from the counts and from the indexes (the one way out of them)."""
-        counted = self._queued.pop(qid, None) is not None
-        if counted and is_multi(qid):
+        if self._queued.pop(qid, None) is not None and is_multi(qid):
             for scope in queue_scopes(qid):
                 queues = self._multi.get(scope)
                 if queues is not None:
@@ -207,8 +203,6 @@ class Queues:
         self._served.pop(qid, None)
         self._ranked.discard(qid)
         self.heads.drop(qid)
-        if counted and self.followers:  # (a queue never counted, a host's own with no URL, led no turn)
-            self.followers.left(qid)
 
     def emptied(self, qid: QueueId, n: int) -> None:
         """``n`` entries of ``qid`` were removed, the last ones: the queue leaves."""
@@ -235,8 +229,6 @@ class Queues:
     def park(self, crawl: str, qid: QueueId) -> None:
         """Put ``qid`` aside until its crawl no longer waits."""
         self._parked[crawl].add(qid)
-        if self.followers and qid in self._queued:
-            self.followers.left(qid)
 
     def unpark(self, waits: Callable[[str], bool], now: float) -> None:
         """The queues of the crawls that no longer wait are due now."""
