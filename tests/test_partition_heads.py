@@ -20,7 +20,7 @@ from frontier.partition.keys import QUEUE, QueueId, queue_id, queue_prefix
 from frontier.partition.largest import Largest
 from frontier.partition.queues import Queues
 from frontier.partition.store import Store
-from tests.test_crawls import SETTINGS, THROTTLE, Log, feedback_of, subs
+from tests.test_crawls import SETTINGS, THROTTLE, Log, cmd, feedback_of, subs
 from topics.schemas import UrlItem
 
 
@@ -140,6 +140,43 @@ def test_a_status_ranking_of_many_queues_does_not_rank_every_queue() -> None:
     for _ in range(20):
         assert [c for _, c in queues.largest(80)] == [7] * 80
     assert queues._largest.rescans == 1
+
+
+def test_the_candidates_gone_from_the_counts_leave_the_set() -> None:
+    """Issue 39: with 50 crawls most queues hold one URL and go with it; the candidates kept held
+    the gone ones, each looked up and sorted again at every status snapshot (the most of a
+    ranking's cost). They leave the set at the next ranking, which still gives the full one's counts."""
+    counts: Counter[QueueId] = Counter({QueueId(f"h{n}.test"): 1 + (n % 3 == 0) for n in range(3000)})
+    largest = Largest(counts, keep=100)
+    assert [c for _, c in largest.largest(10)] == [2] * 10
+    kept = list(largest._top)
+    for q in kept[:60]:
+        del counts[q]  # gone with their last URL
+    want = heapq.nlargest(10, counts.items(), key=lambda kv: kv[1])
+    assert [c for _, c in largest.largest(10)] == [c for _, c in want]
+    assert len(largest._top) == len(kept) - 60 and largest.rescans == 1
+
+
+def test_the_queued_total_is_the_crawls_counts_added_up() -> None:
+    """The status snapshot's ``queued`` total: the crawls' counts added up (O(crawls)), the same as
+    every queue's count added up, through URLs in, sent and dropped."""
+    f = PartitionFrontier(0, MemoryKV(), SETTINGS, THROTTLE, Log())
+    f.ingest(subs("news", "a.test", 3) + subs("books", "a.test", 2) + subs(None, "b.test", 4), 0.0)
+
+    class Watched(Counter[QueueId]):
+        def values(self):  # type: ignore[no-untyped-def, override]
+            raise AssertionError("every queue's count read for the total")
+
+    counts = f.queues._queued
+    f.queues._queued = Watched(counts)
+    assert f.queued() == 9
+    f.queues._queued = counts
+    for step in range(1, 6):
+        for job in f.dispatch(2.0 * step).jobs:
+            assert f.feedback(feedback_of(job), 2.0 * step + 0.1)
+        assert f.queued() == sum(f.queues._queued.values())
+    f.control(cmd("drop", "books"), 20.0)
+    assert f.queued() == sum(f.queues._queued.values())
 
 
 def test_a_queue_whose_last_url_is_sent_leaves_at_once() -> None:

@@ -53,9 +53,15 @@ class Largest:
         """The ``n`` largest queues and their counts, largest first."""
         counts = self._counts
         if n <= self.keep and self.floor is not None and len(counts) > 2 * self.keep:
-            # sorted by the Counter's own lookup (C calls only: a gone queue reads 0), and pairs
-            # made for the n kept (it ran every status snapshot over up to 2 * keep candidates)
-            ranked = sorted(self._top, key=counts.__getitem__, reverse=True)[:n]
+            # the candidates still counted (C calls only); one gone from the counts leaves the set.
+            # Kept, the gone ones were looked up through ``Counter.__missing__`` (a Python call each)
+            # and sorted again at every snapshot: with 50 crawls most queues hold one URL and go with it
+            top = self._top
+            alive = list(filter(counts.__contains__, top))
+            if len(alive) < len(top):
+                self._top = set(alive)
+            # sorted by the Counter's own lookup, and pairs made for the n kept
+            ranked = sorted(alive, key=counts.__getitem__, reverse=True)[:n]
             if len(ranked) >= n and counts[ranked[-1]] >= max(1, self.floor):
                 return [(q, counts[q]) for q in ranked]
         return self._rank(n)

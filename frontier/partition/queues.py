@@ -326,7 +326,8 @@ class Queues:
         return len(self.scheduler)
 
     def queued(self) -> int:
-        return sum(self._queued.values())
+        """URLs queued (the crawls' counts added up: O(crawls), not O(queues), at every status snapshot)."""
+        return sum(self._crawl_queued.values())
 
     # -- the store --------------------------------------------------------------------------------
     def counted(self) -> QueueCounts:

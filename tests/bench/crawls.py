@@ -11,7 +11,7 @@ come on the topic of its own crawl (the item's crawl and the crawl the bench gav
 URL to have come once, and the default crawl's jobs topic to have stayed empty.
 
     python -m tests.bench.crawls [--smoke | --full] [--bootstrap HOST:PORT] [--crawls N]
-        [--job-partitions N] [--pool-feedback]
+        [--job-partitions N] [--pool-feedback] [--py-spy OUT]
 """
 
 from __future__ import annotations
@@ -19,6 +19,9 @@ from __future__ import annotations
 import ast
 import os
 import re
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -243,14 +246,25 @@ def make_jobs_topics(stack: Stack, names: list[str], partitions: int) -> None:
         fut.result()
 
 
+def py_spy(pid: int, out: str) -> subprocess.Popen[bytes]:
+    """py-spy attached to ``pid`` (the frontier) until stopped with SIGINT: raw samples with the GIL
+    held, 100 a second, into ``out`` (a diagnostic: the profiler of the whole bench falls behind
+    with its 50 threads)."""
+    spy = Path(sys.executable).with_name("py-spy")
+    cmd = [str(spy), "record", "-p", str(pid), "--gil", "--format", "raw", "--rate", "100", "-o", out]
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def run_crawls(
-    bootstrap: str, layout: Layout, job_partitions: int = 0, pool_feedback: bool = False, broker_pid: int = 0
-) -> tuple[float, dict[str, object]]:
+    bootstrap: str, layout: Layout, job_partitions: int = 0, pool_feedback: bool = False, broker_pid: int = 0,
+    profile: str = "",
+) -> tuple[float, dict[str, object]]:  # fmt: skip
     """Jobs/s over the middle 90 % of the run, one frontier, one null worker per crawl; and the
     checks. Diagnostics: ``job_partitions``, the crawls' jobs topics have that many partitions
     (0: the frontier's partition count, as the frontier and the workers make them);
     ``pool_feedback``, the workers' feedback goes out through one :class:`FeedbackPool`;
-    ``broker_pid``, that process's CPU is measured too (a broker of this machine)."""
+    ``broker_pid``, that process's CPU is measured too (a broker of this machine); ``profile``, the
+    frontier's py-spy samples from the workers' start to the last completion go to that file."""
     n = layout.n
     with tempfile.TemporaryDirectory(prefix="bench-crawls-") as tmp:
         stack = Stack(bootstrap, Path(tmp), prefix=f"b{uuid.uuid4().hex[:6]}.", partitions=PARTITIONS,
@@ -276,12 +290,16 @@ def run_crawls(
             at, totals = tail.snapshot()
             cpu_before = process_cpu_s(frontier.pid), own_cpu_s(), process_cpu_s(broker_pid)
             threads_before = thread_cpu_s(frontier.pid), thread_cpu_s(os.getpid())
+            spy = py_spy(frontier.pid, profile) if profile else None
             for w in workers:  # only now: the clock measures dispatch round trips, not ingest
                 w.start()
             rate = tail.rate("completed", n, 900, stack.check_alive, before=(at, totals.get("completed", 0)))
             tail.wait("completed", n, 900, stack.check_alive)
             cpu_after = process_cpu_s(frontier.pid), own_cpu_s(), process_cpu_s(broker_pid)
             threads = thread_cpu_s(frontier.pid), thread_cpu_s(os.getpid())
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)
+                spy.wait(60)
             for now_, then_ in zip(threads, threads_before, strict=True):
                 now_.subtract(then_)
             rows = {r.crawl: r for r in overview(read_status(stack.client, stack.topics.status, max_age=10)).crawls}
@@ -342,13 +360,16 @@ def main() -> None:
         help="diagnostic: one sender batches all the crawls' feedback every 0.1 s",
     )
     p.add_argument("--broker-pid", type=int, default=0, help="with --bootstrap: the broker's process, its CPU measured")
+    p.add_argument("--py-spy", default="", help="diagnostic: the frontier's py-spy samples (raw) into this file")
     args = p.parse_args()
     domains = size(args, smoke=200, default=20_000, full=100_000)
     per_domain = size(args, smoke=2, default=5, full=5)
     layout = Layout(crawls=args.crawls, domains=domains, per_domain=per_domain)
     with broker(args) as bootstrap:
         ceiling = echo_loop(bootstrap, min(layout.n, 200_000))
-        rate, checks = run_crawls(bootstrap, layout, args.job_partitions, args.pool_feedback, args.broker_pid)
+        rate, checks = run_crawls(
+            bootstrap, layout, args.job_partitions, args.pool_feedback, args.broker_pid, args.py_spy
+        )
     report("crawls", crawls=layout.crawls, shared_crawls=layout.shared, alone_crawls=layout.crawls - layout.shared,
            job_partitions=args.job_partitions or PARTITIONS, pool_feedback=args.pool_feedback, domains=domains,
            jobs=layout.n, jobs_per_s=round(rate), kafka_ceiling_per_s=round(ceiling),
