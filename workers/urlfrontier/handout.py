@@ -11,7 +11,6 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -28,15 +27,6 @@ log = logging.getLogger("urlfrontier")
 GET_BUDGET = 10_000  # URLs one GetURLs returns at most
 MAX_HOLD = 3600.0  # seconds a GetURLs' delay_requestable holds a URL at most
 _Sent = tuple[LeasedJob, pb.URLInfo]  # a job handed to the client, as it was sent
-
-
-@dataclass
-class _Holding:
-    """Jobs a GetURLs took, held at their partitions until ``until`` (``holds``: the leases held)."""
-
-    taken: list[tuple[CrawlPool, LeasedJob]]
-    until: float
-    holds: asyncio.Future[set[str]]
 
 
 class HandOut:
@@ -99,9 +89,7 @@ class HandOut:
         delay: float,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> AsyncIterator[pb.URLInfo]:
-        """GetURLs' answer: the jobs of ``pools`` within the call's limits, as they come. The jobs
-        taken are held at their partitions a batch at a time, several batches on their way at once
-        (a host's next job does not wait for the hold of the batch before it), and sent in order."""
+        """GetURLs' answer: the jobs of ``pools`` within the call's limits, as they come."""
         counts: dict[str, int] = {}
         sent = 0
         # nothing to send: wait up to urlfrontier.get_wait for a first URL. Once URLs went out, the
@@ -110,66 +98,38 @@ class HandOut:
         # next URL as soon as the frontier allows it, not one per query cycle
         started = time.monotonic()
         deadline = started + self.cfg.urlfrontier.get_wait
-        holding: list[_Holding] = []  # batches taken, their holds on their way, in order
-        try:
-            while (sent < budget or holding) and pools:
-                for pool in pools:
-                    if pool.failure is not None:
-                        await context.abort(grpc.StatusCode.UNAVAILABLE, f"crawl {pool.crawl!r}: {pool.failure}")
-                taken: list[tuple[CrawlPool, LeasedJob]] = []
-                trial = dict(counts)  # what the call sends counts; a job not held goes back, uncounted
-                for batch in holding:  # (those on their way count as taken)
-                    for _, job in batch.taken:
-                        trial[job_key(job)] = trial.get(job_key(job), 0) + 1
-                room = budget - sent - sum(len(batch.taken) for batch in holding)
-                for pool in pools:  # the call's budget over every crawl it serves
-                    taken += [(pool, job) for job in pool.take(key, per_queue, queues, room - len(taken), trial)]
-                if taken:
-                    until = time.time() + delay
-                    holds = self._hold([job for _, job in taken], until, context)
-                    holding.append(_Holding(taken, until, asyncio.ensure_future(holds)))
-                while holding and holding[0].holds.done():
-                    batch = holding.pop(0)
-                    async for job, info in self._hand_out(batch, context):
-                        sent += 1
-                        counts[job_key(job)] = counts.get(job_key(job), 0) + 1
-                        yield info
-                    deadline = max(deadline, started + self.cfg.urlfrontier.get_stream)
-                if taken:
-                    continue
-                left = deadline - time.monotonic()
-                if left <= 0 and not holding:
-                    break
-                waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(p.arrived.wait()) for p in pools]
-                if holding:  # the first batch's hold, or a job ready meanwhile
-                    left = max(left, self.cfg.urlfrontier.query_timeout + 1.0)
-                    _, pending = await asyncio.wait([*waits, holding[0].holds], timeout=left,
-                                                    return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-                else:
-                    _, pending = await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
-                for w in waits:
-                    if w in pending:
-                        w.cancel()
-                for p in pools:
-                    p.arrived.clear()
-        finally:
-            for batch in holding:  # the call ended with holds on their way: their jobs are given back
-                batch.holds.cancel()
-                self._strand(batch.taken, set())
+        while sent < budget and pools:
+            for pool in pools:
+                if pool.failure is not None:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, f"crawl {pool.crawl!r}: {pool.failure}")
+            taken: list[tuple[CrawlPool, LeasedJob]] = []
+            trial = dict(counts)  # what the call sends counts; a job not held goes back, uncounted
+            for pool in pools:  # the call's budget over every crawl it serves
+                taken += [(pool, job) for job in pool.take(key, per_queue, queues, budget - sent - len(taken), trial)]
+            if taken:
+                async for job, info in self._hand_out(taken, delay, context):
+                    sent += 1
+                    counts[job_key(job)] = counts.get(job_key(job), 0) + 1
+                    yield info
+                deadline = max(deadline, started + self.cfg.urlfrontier.get_stream)
+                continue
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            waits = [asyncio.ensure_future(p.arrived.wait()) for p in pools]
+            _, pending = await asyncio.wait(waits, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            for w in pending:
+                w.cancel()
+            for p in pools:
+                p.arrived.clear()
 
-    def _strand(self, stranded: list[tuple[CrawlPool, LeasedJob]], held: set[str]) -> None:
-        """Jobs taken and not sent: back to the frontier unless held (:func:`_give_back`)."""
-        if stranded:
-            task = asyncio.ensure_future(_give_back(stranded, held))
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    async def _hand_out(self, batch: _Holding, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[_Sent]:
-        taken, until = batch.taken, batch.until
+    async def _hand_out(self, taken: list[tuple[CrawlPool, LeasedJob]], delay: float,
+                        context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[_Sent]:  # fmt: skip
+        until = time.time() + delay
         held: set[str] = set()
         out: set[str] = set()  # leases sent to the client
         try:
-            held = batch.holds.result() if not batch.holds.cancelled() else set()
+            held = await self._hold([job for _, job in taken], until, context)
             for pool, job in taken:
                 if job.job.lease not in held:
                     continue  # its lease closed meanwhile (a deletion), or the hold failed: handed back below
@@ -186,7 +146,11 @@ class HandOut:
         finally:
             # taken but not sent (the client went away, a failure): back to the frontier unless held
             # (a held lease comes back when its hold ends, at most MAX_HOLD later)
-            self._strand([(pool, job) for pool, job in taken if job.job.lease not in out], held)
+            stranded = [(pool, job) for pool, job in taken if job.job.lease not in out]
+            if stranded:
+                task = asyncio.ensure_future(_give_back(stranded, held))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
 
     async def _hold(self, jobs: list[LeasedJob], until: float, context: grpc.aio.ServicerContext[Any, Any]) -> set[str]:
         """Tell each job's partition that it is in a client's hands until ``until``, on
