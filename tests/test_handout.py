@@ -306,3 +306,35 @@ async def test_jobs_on_their_way_when_a_gateway_stops_are_handed_back_within_sec
     assert sorted((fb.lease, fb.outcome) for fb in producer.feedback()) == [("R", "expired"), ("W", "expired")]
     assert consumer.commits and consumer.commits[-1] == [("crawl.jobs", 0, 5)], consumer.commits
     assert consumer.closed
+
+
+class SlowBack:
+    """A ready job whose hand-back waits for ``gate`` (its done mark: the consumer's next turn)."""
+
+    def __init__(self, n: int, gate: asyncio.Event, started: list[int]) -> None:
+        self.n, self.gate, self.started = n, gate, started
+        self.reported = False
+
+    async def release(self) -> None:
+        self.started.append(self.n)
+        await self.gate.wait()
+        self.reported = True
+
+
+async def test_ready_jobs_nobody_asks_for_go_back_together() -> None:
+    """Issue 39, found by the gateway bench (--delay 0.05, a round's put phase longer than
+    urlfrontier.unasked): 200 ready jobs went back one at a time, each waiting for its done mark's
+    consumer turn (~50 ms), 7-10 s in all, while the pool took no new job and the client's GetURLs
+    came back empty. Each hand-back now starts at once."""
+    pool = CrawlPool(Config(), "default", kafka=None)  # type: ignore[arg-type]  # (never started)
+    gate, started = asyncio.Event(), []
+    jobs = [SlowBack(n, gate, started) for n in range(20)]
+    pool.ready = list(jobs)  # type: ignore[arg-type]
+    back = asyncio.ensure_future(pool._give_back_unasked())
+    deadline = asyncio.get_running_loop().time() + 5
+    while len(started) < len(jobs) and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.001)
+    assert sorted(started) == list(range(20)), f"{len(started)} of 20 hand-backs started before the first ended"
+    gate.set()
+    await asyncio.wait_for(back, 5)
+    assert all(job.reported for job in jobs) and pool.ready == []

@@ -249,3 +249,68 @@ async def test_a_close_does_not_wait_for_the_group_window() -> None:
     writer.commit()  # within the window
     assert await asyncio.wait_for(writer.close(), 5) is not None
     assert rec.commits == 2 and [k for _, k, _ in rec.sent] == [b"k1", ACK_KEY, b"k2", ACK_KEY]
+
+
+async def test_a_commit_someone_waits_on_does_not_wait_for_the_group_window() -> None:
+    """Issue 39, the gateway: a hold's answer goes once its commit is in (questions.answer); the
+    group window delayed every hold by up to ``window`` (the gateway read 0.90 of the code before
+    it). An urgent commit ends a window under way, taking what was written in it; one asked while
+    a commit is in flight goes right after it."""
+    rec = Recorder()
+    writer = PartitionWriter(rec, "state", 0, applied=-1)
+    writer.window = 30.0
+    now = [100.0]
+    writer.clock = lambda: now[0]  # (never moved: the window never passes on its own)
+    await writer.start()
+    done: list[str] = []
+    writer.write("state", b"v1", b"k1", 0)
+    writer.commit(lambda: done.append("k1"))  # the first: at once
+    await until(lambda: done == ["k1"])
+    writer.write("state", b"v2", b"k2", 0)
+    writer.commit(lambda: done.append("k2"))  # within the window: waits
+    await asyncio.sleep(0)
+    writer.write("state", b"v3", b"k3", 0)
+    writer.commit(lambda: done.append("k3"), urgent=True)  # an asker waits: the window ends now
+    await asyncio.wait_for(until(lambda: done == ["k1", "k2", "k3"]), 5)
+    assert rec.commits == 2 and [k for _, k, _ in rec.sent] == [b"k1", ACK_KEY, b"k2", b"k3", ACK_KEY]
+    rec.hold.set()  # the next commit stays in flight
+    writer.write("state", b"v4", b"k4", 0)
+    writer.commit(lambda: done.append("k4"), urgent=True)
+    await until(lambda: len(rec.open) == 2)  # k4 and its marker, their commit held
+    writer.write("state", b"v5", b"k5", 0)
+    writer.commit(lambda: done.append("k5"), urgent=True)  # during the commit: right after it
+    rec.hold.clear()
+    await asyncio.wait_for(until(lambda: done[-1:] == ["k5"]), 5)
+    assert rec.commits == 4
+    writer.write("state", b"v6", b"k6", 0)
+    writer.commit(lambda: done.append("k6"))  # not urgent: the window again
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert done[-1] == "k5" and rec.commits == 4
+    assert await writer.close() is not None and done[-1] == "k6"
+
+
+async def test_a_hold_asked_by_a_gateway_is_committed_without_the_group_window() -> None:
+    """questions.answer: the gateway waits for a hold's (or a deletion's) answer, sent once its
+    commit is in: it asks the partition's writer for an urgent commit."""
+    from unittest.mock import MagicMock
+
+    from frontier.service.questions import Questions
+    from topics.schemas import Query, Reply
+
+    owned = MagicMock()
+    owned.applied_before.return_value = False
+    owned.frontier.change.return_value = Reply(id="q", partition=0, counts={"held": 1}, leases=["L"])
+
+    async def room() -> None:
+        return None
+
+    async def serving(p: int) -> object:
+        return owned
+
+    owned.writer.room = room
+    partitions = MagicMock()
+    partitions.serving = serving
+    questions = Questions(lambda: 0.0, MagicMock(), partitions, MagicMock(), lambda: None)
+    await questions.answer(0, Query(id="q", kind="hold", reply_to="gw", leases=["L"], until=10.0), MagicMock())
+    assert owned.commit.call_count == 1 and owned.commit.call_args.kwargs.get("urgent") is True

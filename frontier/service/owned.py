@@ -62,8 +62,10 @@ class _Owned:
         if offset is not None:
             self.frontier.note_input(role, offset)
 
-    def commit(self, events: tuple[Ackable, ...] = (), then: Callable[[], None] | None = None) -> None:
-        """Commit the partition's writes; ack ``events`` and run ``then`` once they committed.
+    def commit(self, events: tuple[Ackable, ...] = (), then: Callable[[], None] | None = None,
+               urgent: bool = False) -> None:  # fmt: skip
+        """Commit the partition's writes; ack ``events`` and run ``then`` once they committed
+        (``urgent``: an asker waits for it, no group window: :meth:`PartitionWriter.commit`).
 
         The changelog records, and a dispatch round's jobs and report pages, are one transaction
         (:mod:`frontier.service.writer`): a worker sees a job only once its lease is in the
@@ -77,7 +79,7 @@ class _Owned:
             if then is not None:
                 then()
 
-        self.writer.commit(committed if events or then is not None else None)
+        self.writer.commit(committed if events or then is not None else None, urgent)
 
 
 class Partitions:

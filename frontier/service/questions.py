@@ -92,7 +92,7 @@ class Questions:
             log.info("query %s crawl %r key %r: %d removed (partition %d)", query.kind, query.crawl, query.key[:100],
                      reply.counts.get("removed", 0), p)  # fmt: skip
         owned.note(CONTROL, event)
-        owned.commit((event,), then=lambda: self._reply(encode(reply), query))
+        owned.commit((event,), then=lambda: self._reply(encode(reply), query), urgent=True)  # (the asker waits)
         self._wake()
 
     def _walk(self, p: int, owned: _Owned, query: Query) -> None:

@@ -13,7 +13,8 @@ Writes are group-committed: records accumulate for the next transaction and one 
 thread of its own, about a round trip) closes them; the callbacks registered for them (acks of
 input events, report leases) run once it committed. Records written while a commit is in flight
 wait for the next transaction, which begins ``GROUP_WINDOW`` after the last one began at the
-earliest (``window``). The last record of each transaction is a marker on the changelog
+earliest (``window``), unless a commit someone waits on asks for no window (``commit(urgent=True)``:
+a gateway's hold or deletion, answered once committed). The last record of each transaction is a marker on the changelog
 partition (``ACK_KEY``, a tombstone never stored) whose offset tells how far the store is in the
 changelog: the offset a clean close records (``applied``). The store's own writes of a transaction
 (``generations``, :mod:`frontier.service.pending`) reach RocksDB with that offset once it committed.
@@ -137,6 +138,7 @@ class PartitionWriter:
         self.clock: Callable[[], float] = time.monotonic  # the window's clock (a test's to set)
         self._began = -GROUP_WINDOW  # (monotonic) when the last transaction began
         self._window: asyncio.Future[None] | None = None  # the group window under way
+        self._urgent = False  # a commit someone waits on is asked for: the next transaction takes no window
 
     # -- life ---------------------------------------------------------------------------------
     async def start(self, timeout: float = 60.0) -> None:
@@ -225,12 +227,18 @@ class PartitionWriter:
         except BufferError:
             produce(self._producer, topic, value, key, partition)  # type: ignore[arg-type]
 
-    def commit(self, then: Callable[[], None] | None = None) -> None:
-        """Commit everything written so far; run ``then`` (on the event loop) once it has committed."""
+    def commit(self, then: Callable[[], None] | None = None, urgent: bool = False) -> None:
+        """Commit everything written so far; run ``then`` (on the event loop) once it has committed.
+        ``urgent``: someone waits for this commit (a gateway's answer): it takes no group window
+        (a window under way ends now; one in flight is followed at once by the next)."""
         if self.failed is not None:
             return
         if then is not None:
             (self._held_then if self._committing is not None else self._then).append(then)
+        if urgent:
+            self._urgent = True
+            if self._window is not None:
+                _end(self._window)
         self._kick()
 
     @property
@@ -248,7 +256,7 @@ class PartitionWriter:
             return
         if not (self._log or self._held or self._then or self._written):
             return
-        wait = self._began + self.window - self.clock()
+        wait = 0.0 if self._urgent else self._began + self.window - self.clock()
         if wait > 0:  # the last transaction began a moment ago: this one takes what comes meanwhile
             self._committing = asyncio.ensure_future(self._after(wait))
             return
@@ -260,6 +268,7 @@ class PartitionWriter:
                 return
         if self._written or self._then:
             self._began = self.clock()
+            self._urgent = False
             self._committing = asyncio.ensure_future(self._commit_round())
 
     async def _after(self, wait: float) -> None:

@@ -18,7 +18,7 @@ import grpc
 from topics.partitioning import partition_of
 from workers.api import LeasedJob
 from workers.urlfrontier.mapping import api_crawl, queue_key
-from workers.urlfrontier.pool import CrawlPool, TooManyCrawls, job_key
+from workers.urlfrontier.pool import CrawlPool, TooManyCrawls, job_key, release_all
 from workers.urlfrontier.proto import urlfrontier_pb2 as pb
 from workers.urlfrontier.queries import Unanswered, new_query
 from workers.urlfrontier.shared import Shared, api_metadata
@@ -199,6 +199,7 @@ class HandOut:
 async def _give_back(jobs: list[tuple[CrawlPool, LeasedJob]], held: set[str]) -> None:
     """Jobs a GetURLs took and did not send: handed back to the frontier (queued again at once), or,
     when their hold was recorded (the frontier ignores a hand-back of a held lease), let go here."""
+    back: list[LeasedJob] = []
     for pool, job in jobs:
         if job.reported:
             continue
@@ -207,5 +208,5 @@ async def _give_back(jobs: list[tuple[CrawlPool, LeasedJob]], held: set[str]) ->
         if job.job.lease in held:
             pool.jobs.endings.let_go(job)
             continue
-        with contextlib.suppress(Exception):
-            await job.release()
+        back.append(job)
+    await release_all(back)  # (together: one at a time, each waited for a consumer turn)

@@ -83,10 +83,8 @@ class CrawlPool:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
-        for job in self.ready:  # not handed out: back to the frontier at once
-            with contextlib.suppress(Exception):
-                await job.release()
-        self.ready.clear()
+        ready, self.ready = self.ready, []
+        await release_all(ready)  # not handed out: back to the frontier at once
         for handed in self.handed.values():  # in clients' hands: their leases are held at the frontier
             self.jobs.endings.let_go(handed.job)
         self.handed.clear()
@@ -115,25 +113,16 @@ class CrawlPool:
         """Nobody asks for this crawl: its ready jobs go back to the frontier, which queues them
         again (nothing was sent) and gives their hosts' turns to the next crawl."""
         ready, self.ready = self.ready, []
-        for job in ready:
-            if not job.reported:
-                with contextlib.suppress(Exception):
-                    await job.release()
+        await release_all(ready)
         log.debug("crawl %r: %d jobs handed back (no GetURLs asked for it)", self.crawl, len(ready))
 
     async def _sweep(self, now: float) -> None:
         """Ready jobs past their time go back to the frontier; handed-out ones past their client's
         time are forgotten here (the frontier queues them again)."""
-        keep: list[LeasedJob] = []
-        for job in self.ready:
-            if job.reported:
-                continue
-            if now > job.expires_at:
-                with contextlib.suppress(Exception):
-                    await job.release()
-                continue
-            keep.append(job)
+        keep = [job for job in self.ready if not job.reported and now <= job.expires_at]
+        late = [job for job in self.ready if not job.reported and now > job.expires_at]
         self.ready = keep
+        await release_all(late)
         for url in [u for u, h in self.handed.items() if h.until <= now or h.job.reported]:
             del self.handed[url]
 
@@ -188,6 +177,21 @@ class CrawlPool:
             log.warning("report of %s failed: %s", url[:200], exc)
             return False
         return True
+
+
+async def release_all(jobs: list[LeasedJob]) -> None:
+    """Hand ``jobs`` back to the frontier (unsent: queued again), all at once: each report waits for
+    its done mark, committed in the consumer's next turn, so one at a time took a turn each (issue 39:
+    200 ready jobs given back while no GetURLs asked took 7-10 s, during which the pool took no new
+    job and a client's calls came back empty). A job already reported is skipped; a failure leaves
+    the job to its lease."""
+
+    async def one(job: LeasedJob) -> None:
+        if not job.reported:
+            with contextlib.suppress(Exception):
+                await job.release()
+
+    await asyncio.gather(*(one(job) for job in jobs))
 
 
 def job_key(job: LeasedJob) -> str:
