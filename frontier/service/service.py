@@ -353,8 +353,8 @@ class FrontierService:
             if time.monotonic() - last_status > self.cfg.frontier.status_interval:
                 last_status = time.monotonic()
                 self.reporting.publish_status(self.clock())
-                work = sum(owned.writer.commits for owned in self.partitions.owned.values() if owned.writer)
-                self.trimmer.tick(work, last_status)  # (transactions: a count that moves with the work)
+                writers = [owned.writer for owned in self.partitions.owned.values() if owned.writer is not None]
+                self.trimmer.tick(sum(w.commits for w in writers), last_status)  # (transactions: moves with work)
             if time.monotonic() - last_report > 10:
                 last_report = time.monotonic()
                 log.info("stats %s", self.reporting.stats())
