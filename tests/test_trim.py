@@ -55,3 +55,20 @@ def test_one_trim_at_a_time_and_a_failure_is_not_fatal() -> None:
     assert trimmer.trims == 0  # it failed: logged, nothing raised
     assert trimmer.tick(2, 20.0)
     trimmer.join(5)
+
+
+def test_a_slow_trim_spaces_the_next_out() -> None:
+    """A trim holds each heap's lock while it walks it: one that took 0.5 s is not followed by
+    another within 100 times that."""
+    clock = [0.0]
+
+    def slow() -> bool:
+        clock[0] += 0.5
+        return True
+
+    trimmer = Trimmer(slow, interval=10.0, timer=lambda: clock[0])
+    assert trimmer.tick(1, 0.0)
+    trimmer.join(5)
+    assert not trimmer.tick(2, 11.0) and not trimmer.tick(2, 49.9)
+    assert trimmer.tick(2, 50.0)
+    trimmer.join(5)

@@ -7,7 +7,10 @@ RocksDB's flushes) leaves the process tens to hundreds of MiB larger than what i
 ``malloc_trim``). The service ticks a :class:`Trimmer` every few seconds with a count of its
 work (its transactions); when that count moved since the last trim and ``interval`` passed, it
 calls ``malloc_trim`` in a thread of its own (the call lets go of the GIL and only walks the free
-lists: the event loop is not held). An idle process is not trimmed again and again.
+lists: the event loop is not held). An idle process is not trimmed again and again. A trim holds
+each heap's lock while it walks it (a thread allocating there waits: 0.07-0.14 s for a 600 MiB
+heap, measured at load), so the next waits at least ``DUTY`` times as long as the last took: trims
+take at most about 1 % of the time.
 """
 
 from __future__ import annotations
@@ -23,12 +26,20 @@ log = logging.getLogger(__name__)
 
 TRIM_INTERVAL = 10.0  # seconds at least between two trims
 SLOW_TRIM = 0.1  # a trim that took this long (seconds) is logged at info
+DUTY = 100.0  # the next trim waits at least this many times as long as the last one took
 
 
 class Trimmer:
-    def __init__(self, release: Callable[[], bool] = release_free_memory, interval: float = TRIM_INTERVAL) -> None:
+    def __init__(
+        self,
+        release: Callable[[], bool] = release_free_memory,
+        interval: float = TRIM_INTERVAL,
+        timer: Callable[[], float] = time.perf_counter,
+    ) -> None:
         self._release = release
         self.interval = interval
+        self._timer = timer  # times a trim (tests pass their own)
+        self._gap = interval  # seconds from the last trim's start to the next (longer after a slow one)
         self._work: int | None = None  # the work count at the last trim (None: none yet)
         self._last = -float("inf")  # when the last trim began (monotonic seconds)
         self._thread: threading.Thread | None = None
@@ -37,9 +48,9 @@ class Trimmer:
 
     def tick(self, work: int, now: float) -> bool:
         """Start a trim when ``work`` (a count that grows with the work done) moved since the last
-        one, ``interval`` seconds passed since it began (``now``: monotonic seconds) and none is
-        under way; True if one was started."""
-        if work == self._work or now - self._last < self.interval:
+        one, ``interval`` seconds (or ``DUTY`` times the last trim's time) passed since it began
+        (``now``: monotonic seconds) and none is under way; True if one was started."""
+        if work == self._work or now - self._last < self._gap:
             return False
         if self._thread is not None and self._thread.is_alive():
             return False
@@ -49,13 +60,14 @@ class Trimmer:
         return True
 
     def _trim(self) -> None:
-        began = time.perf_counter()
+        began = self._timer()
         try:
             self._release()
         except Exception:  # a trim must never stop the frontier
             log.warning("malloc_trim failed", exc_info=True)
             return
-        took = time.perf_counter() - began
+        took = self._timer() - began
+        self._gap = max(self.interval, DUTY * took)
         self.trims += 1
         self.seconds += took
         (log.info if took >= SLOW_TRIM else log.debug)("heap trimmed in %.3fs", took)
