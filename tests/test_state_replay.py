@@ -111,23 +111,3 @@ def test_write_many_applies_puts_and_deletes_in_order(kv: RocksKV) -> None:
     kv.put(b"a", b"0")
     kv.write_many([(b"a", None), (b"b", b"1"), (b"b", b"2"), (b"c", b"3"), (b"c", None)])
     assert [kv.get(k) for k in (b"a", b"b", b"c")] == [None, b"2", None]
-
-
-def test_the_replay_reads_large_fetches_into_a_bounded_queue(kv: RocksKV, monkeypatch: pytest.MonkeyPatch) -> None:
-    """librdkafka's 1 MiB a partition a fetch kept a rebuild waiting on round trips; its 64 MiB
-    local queue a consumer, times the partitions restored side by side, would bound nothing."""
-    asked: list[dict[str, Any]] = []
-    log = Changelog([[Record(b"Qa", b"1", 0)], [Record(None, None, 1, eof=True)]], high=1)
-
-    class Asked(Kafka):
-        def reader(self, purpose: str, settings: Any = None, **_kw: Any) -> Changelog:
-            asked.append({"purpose": purpose, **(settings or {})})
-            return self.consumer
-
-    monkeypatch.setattr(restore.Kafka, "of", staticmethod(lambda _conf: Asked(log)))
-    monkeypatch.setattr(restore, "watermarks", lambda _c, _t, _p: (0, log.high))
-    assert restore.replay(kv, {}, "state", 0, OFFSET_BEGINNING)[0] == 1
-    (settings,) = asked
-    assert settings["max.partition.fetch.bytes"] >= 8 << 20 and settings["fetch.max.bytes"] >= 8 << 20
-    assert settings["queued.max.messages.kbytes"] <= 16 << 10
-    assert settings["enable.partition.eof"] is True  # (the end still found)

@@ -50,14 +50,6 @@ from topics.kafka import Connection, Kafka, watermarks
 
 log = logging.getLogger(__name__)
 
-# The reader of a replay: large fetches (librdkafka's 1 MiB a partition a request kept a rebuild waiting
-# on round trips: 8 partitions x 125,000 records replayed side by side in 4.2-12.8 s against 5.4-15.7 s),
-# its local queue bounded (librdkafka's default, 64 MiB a consumer, times the partitions restored at once)
-REPLAY_READER = {
-    "max.partition.fetch.bytes": 8 << 20,
-    "fetch.max.bytes": 64 << 20,
-    "queued.max.messages.kbytes": 16 << 10,
-}
 DEFAULT_DELETE_RETENTION = 24 * 3600.0  # Kafka's delete.retention.ms default, in seconds
 MAX_MARGIN = 600.0  # a copy is trusted only this much (or 10 % of the retention) short of it
 
@@ -244,8 +236,9 @@ def replay(
     """Apply committed changelog records from ``start`` up to the current end of the partition;
     return how many, and the offset up to which the store is now complete (-1: an empty changelog).
     ``counts``: the store's queue counts, told of every record applied."""
-    settings = {"enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"}
-    consumer = Kafka.of(client_conf).reader("restore", {**settings, **REPLAY_READER})
+    consumer = Kafka.of(client_conf).reader(
+        "restore", {"enable.auto.commit": False, "enable.partition.eof": True, "auto.offset.reset": "earliest"}
+    )
     try:
         low, high = watermarks(consumer, topic, partition)
         first = low if start == OFFSET_BEGINNING else max(start, low)
