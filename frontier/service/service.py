@@ -50,6 +50,7 @@ from frontier.service.lifecycle import REASSIGN_WAIT, Lifecycle
 from frontier.service.owned import Partitions, _Owned
 from frontier.service.questions import Questions
 from frontier.service.reporting import Reporting
+from frontier.service.trim import Trimmer
 from topics.kafka import AsyncProducer, Kafka
 from topics.schemas import (
     ControlCommand,
@@ -110,6 +111,7 @@ class FrontierService:
         self.questions = Questions(clock, self.topics, self.partitions, producer=lambda: self.producer,
                                    wake=self._wake.set)  # fmt: skip
         self.loop_probe = LoopProbe(self._loop_sampled)
+        self.trimmer = Trimmer()  # free heap pages handed back after bursts of work
         self.metrics.loop_late_max.set_function(self.loop_probe.late.value)
         self.metrics.loop_busy_max.set_function(self.loop_probe.busy.value)
 
@@ -351,6 +353,8 @@ class FrontierService:
             if time.monotonic() - last_status > self.cfg.frontier.status_interval:
                 last_status = time.monotonic()
                 self.reporting.publish_status(self.clock())
+                writers = [owned.writer for owned in self.partitions.owned.values() if owned.writer is not None]
+                self.trimmer.tick(sum(w.commits for w in writers), last_status)  # (transactions: moves with work)
             if time.monotonic() - last_report > 10:
                 last_report = time.monotonic()
                 log.info("stats %s", self.reporting.stats())

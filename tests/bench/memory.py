@@ -2,7 +2,8 @@
 10 queued URLs each, and the times to have them served again after a kill -9.
 
 Dispatch is held back (max_inflight 1, robots.txt pending for every host) so everything stays
-queued; the figures are read once ingest is complete (``rss_mb``, ``disk_mb``). Then, each from
+queued; the figures are read once ingest is complete (``rss_mb``, ``disk_mb``; ``ingest_s``: from the
+frontier's start, the URLs produced beforehand, and ``ingest_rate`` in URLs/s). Then, each from
 a SIGKILL of the frontier:
 
 - ``restart_s``: a new frontier on the same disk, from its start until its own status snapshot
@@ -133,14 +134,17 @@ def main() -> None:
                 urls = domains * 10
                 produce_urls(bootstrap, stack.topics.urls, urls, domains)
                 proc = stack.start_frontier("a", own_state=True)
+                started = time.perf_counter()
                 state = Path(tmp) / "state-a"
                 try:
                     wait_total(bootstrap, stack.topics.status, "ingested", urls, 3600, stack.check_alive)
+                    ingest_s = time.perf_counter() - started
                     rss, disk = rss_mb(proc.pid), disk_mb(state)
                     restart_s, _, replayed = restart(stack, None, urls, 3600)
                     rebuild_s, rebuilt_rss, rebuilt = restart(stack, state, urls, 3600)
                     takeover_s, takeover_wall, taken, steps = takeover(stack, 3600)
                     report("memory", domains=domains, queued_urls=urls, rss_mb=round(rss), disk_mb=round(disk),
+                           ingest_s=round(ingest_s, 1), ingest_rate=round(urls / ingest_s),
                            restart_s=round(restart_s, 1), restart_replayed=replayed, rebuild_s=round(rebuild_s, 1),
                            rebuild_replayed=rebuilt, rss_rebuilt_mb=round(rebuilt_rss),
                            takeover_s=round(takeover_s, 2), takeover_wall_s=round(takeover_wall, 1),
