@@ -57,9 +57,10 @@ class Rules:
     record: RobotsRecord
     user_agent: str
 
-    @property
+    @cached_property
     def unavailable(self) -> bool:
-        """No usable answer: assume complete disallow (and retry later)."""
+        """No usable answer: assume complete disallow (and retry later). Kept once computed, as
+        ``_parser`` is (the record does not change: asked once a job at dispatch)."""
         return unavailable_answer(self.record.status, self.record.error)
 
     @cached_property

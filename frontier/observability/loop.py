@@ -61,9 +61,23 @@ class LoopProbe:
             self._observe(late, busy)
 
     async def run(self) -> None:
-        """Look at the loop every tick until cancelled."""
-        while True:
-            started, cpu = self._clock(), self._cpu()
-            await asyncio.sleep(self.tick)
-            now = self._clock()
-            self.sample(now - started - self.tick, self._cpu() - cpu, now)
+        """Look at the loop every tick until cancelled. Each look is a plain timer callback that
+        schedules the next one (no task, coroutine step or future a tick: the probe runs 100
+        times a second, idle or not)."""
+        loop = asyncio.get_running_loop()
+        clock, cpu, tick = self._clock, self._cpu, self.tick
+        handle: asyncio.TimerHandle | None = None
+
+        def look(started: float, cpu_then: float) -> None:
+            nonlocal handle
+            now, cpu_now = clock(), cpu()
+            try:
+                self.sample(now - started - tick, cpu_now - cpu_then, now)
+            finally:  # (a failing observer never stops the looks)
+                handle = loop.call_later(tick, look, clock(), cpu())
+
+        handle = loop.call_later(tick, look, clock(), cpu())
+        try:
+            await loop.create_future()  # (until cancelled)
+        finally:
+            handle.cancel()

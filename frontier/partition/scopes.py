@@ -190,10 +190,13 @@ class Scopes:
         the change hook needed it (None: not computed)."""
         info = self._known.get(scope)
         s, key = info if info is not None else self._know(scope)
-        old = self.state(scope)
+        states = self._states
+        old = states.peek(scope)  # (not refreshed: the put below makes it the newest)
+        if old is None:
+            old = self.state(scope)
         new = policy.apply(old, event, now, s)
         self._store.put(key, encoder.encode(new))
-        self._states.put(scope, new)
+        states.put(scope, new)
         if self.on_change is None:
             return old, s, None
         known = self._delays.get(scope)
@@ -238,6 +241,14 @@ class Scopes:
             blocked = self.blocked_by(scopes, now)
             if blocked is not None:
                 return policy.Decision(blocked[0], f"blocked ({blocked[1]})")
+        if len(scopes) == 1:  # (the common case: the host alone; ready is policy.decide's own answer)
+            scope = scopes[0]
+            d = policy.decide(self.state(scope), now, self.scope_settings(scope), cost)
+            if d.at is None:
+                if register and qid is not None and is_multi(qid):
+                    self._waiters.add(scope, qid)
+                return policy.Decision(None, f"{d.reason} ({scope})")
+            return policy.Decision(d.at, f"{d.reason} ({scope})") if d.at > now else d
         latest = policy.Decision(now, "ready")
         for scope in scopes:
             d = policy.decide(self.state(scope), now, self.scope_settings(scope), cost)

@@ -190,7 +190,11 @@ class Pending:
         self.rocks.write_many(itertools.chain(*[gen.items() for gen in gens], marker), logged=True)
         del self._sealed[:n]
         view, newer, size = self._view, [*self._sealed, self._open], len(self._view)
-        if len(newer) == 1:  # (the common case: the next transaction is not sealed yet)
+        if len(newer) == 1 and len(self._open) < sum(map(len, gens)):
+            # (the common case, the next transaction not sealed yet and smaller than the one that
+            # committed: what stays pending is the open generation exactly, copied in one call)
+            self._view = view = dict(self._open)
+        elif len(newer) == 1:
             latest = self._open
             for gen in gens:
                 for key in gen:

@@ -344,8 +344,9 @@ class FrontierService:
             timeout = self.dispatch_once()
             if timeout > 0:
                 self._wake.clear()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), timeout=timeout)
+                try:  # (a timeout in this task, not wait_for's task and futures: a wait a round)
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
                 except TimeoutError:
                     pass
             rest = began + ROUND_GAP - time.monotonic()
