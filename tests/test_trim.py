@@ -4,16 +4,8 @@ again and again while idle, one trim at a time, in a thread of its own."""
 from __future__ import annotations
 
 import threading
-import time
 
 from frontier.service.trim import Trimmer
-
-
-def _wait(cond: object, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "not within the deadline"
-        time.sleep(0.01)
 
 
 def test_trims_after_work_once_the_interval_passed() -> None:
@@ -48,7 +40,7 @@ def test_one_trim_at_a_time_and_a_failure_is_not_fatal() -> None:
 
     trimmer = Trimmer(slow, interval=0.0)
     assert trimmer.tick(1, 0.0)
-    _wait(started.is_set)
+    assert started.wait(5)  # (the trim's thread is in it)
     assert not trimmer.tick(2, 10.0)  # the first still under way
     release.set()
     trimmer.join(5)

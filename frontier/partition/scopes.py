@@ -241,14 +241,6 @@ class Scopes:
             blocked = self.blocked_by(scopes, now)
             if blocked is not None:
                 return policy.Decision(blocked[0], f"blocked ({blocked[1]})")
-        if len(scopes) == 1:  # (the common case: the host alone; ready is policy.decide's own answer)
-            scope = scopes[0]
-            d = policy.decide(self.state(scope), now, self.scope_settings(scope), cost)
-            if d.at is None:
-                if register and qid is not None and is_multi(qid):
-                    self._waiters.add(scope, qid)
-                return policy.Decision(None, f"{d.reason} ({scope})")
-            return policy.Decision(d.at, f"{d.reason} ({scope})") if d.at > now else d
         latest = policy.Decision(now, "ready")
         for scope in scopes:
             d = policy.decide(self.state(scope), now, self.scope_settings(scope), cost)

@@ -99,6 +99,10 @@ class Partitions:
         self.assignment = asyncio.Event()
         self.assignment.set()
 
+    def transactions(self) -> int:
+        """The transactions of the partitions owned now, since they opened (a count that moves with work)."""
+        return sum(owned.writer.commits for owned in self.owned.values() if owned.writer is not None)
+
     def served(self) -> set[int]:
         """The partitions open here."""
         return set(self.owned)

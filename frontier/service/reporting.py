@@ -205,8 +205,7 @@ class Reporting:
             totals["inflight"] += owned.frontier.inflight
             totals["hosts_due"] += owned.frontier.queued_hosts()
             totals["queued"] += owned.frontier.queued()
-            if owned.writer is not None:  # (None: a test's partition that writes nothing)
-                totals["transactions"] += owned.writer.commits  # of the partitions owned now, since they opened
+        totals["transactions"] = self.partitions.transactions()
         totals["partitions"] = len(self.partitions.owned)
         self.metrics.count_lost({p: owned.frontier.stats.lost for p, owned in self.partitions.owned.items()})
         totals["partitions_unserved"] = len(self.partitions.unserved)

@@ -354,8 +354,7 @@ class FrontierService:
             if time.monotonic() - last_status > self.cfg.frontier.status_interval:
                 last_status = time.monotonic()
                 self.reporting.publish_status(self.clock())
-                writers = [owned.writer for owned in self.partitions.owned.values() if owned.writer is not None]
-                self.trimmer.tick(sum(w.commits for w in writers), last_status)  # (transactions: moves with work)
+                self.trimmer.tick(self.partitions.transactions(), last_status)
             if time.monotonic() - last_report > 10:
                 last_report = time.monotonic()
                 log.info("stats %s", self.reporting.stats())

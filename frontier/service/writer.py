@@ -150,8 +150,7 @@ class PartitionWriter:
         """Commit what is open and let the producer go; the changelog offset the store is complete
         up to, or None when its writes did not all commit (then it is opened again from its last committed marker)."""
         self.window = 0.0  # closing: what is left goes at once (a rebalance waits for it)
-        if self._window is not None:
-            _end(self._window)  # (a window under way ends now)
+        self._end_window()
         try:
             while (self._committing is not None or self._written or self._then or self._log or self._held
                    or self._held_then):  # fmt: skip
@@ -237,9 +236,13 @@ class PartitionWriter:
             (self._held_then if self._committing is not None else self._then).append(then)
         if urgent:
             self._urgent = True
-            if self._window is not None:
-                _end(self._window)
+            self._end_window()
         self._kick()
+
+    def _end_window(self) -> None:
+        """A group window under way ends now (its transaction begins)."""
+        if self._window is not None:
+            _end(self._window)
 
     @property
     def crowded(self) -> bool:
