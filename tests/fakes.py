@@ -72,8 +72,11 @@ class FakeProducer:
     def flush(self, _timeout: float) -> int:
         return 0
 
-    def close(self) -> None:
+    def close(self, timeout: float = 30.0) -> None:
         pass
+
+    def abandon(self) -> int:
+        return 0
 
     def values(self, suffix: str) -> list[bytes]:
         return [v for t, v in self.records if t.endswith(suffix)]

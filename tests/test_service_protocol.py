@@ -31,6 +31,7 @@ from frontier.partition.records import crawl_dec
 from frontier.service.owned import _Owned
 from frontier.service.service import ROUND_GAP, FrontierService
 from frontier.service.writer import PartitionWriter
+from topics.partitioning import partition_for
 from topics.schemas import (
     ControlCommand,
     EncodedUrlBatch,
@@ -52,6 +53,7 @@ class Recorder:
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes | None, bytes | None]] = []
         self.open: list[tuple[str, bytes | None, bytes | None]] = []  # the open transaction's records
+        self.partitions: dict[str, set[int]] = {}  # topic -> the partitions its records were produced to
         self.hold = threading.Event()  # set: commits wait until released
         self.commits = 0
         self._callbacks: list[Callable[[], None]] = []
@@ -80,6 +82,7 @@ class Recorder:
     def produce(self, topic: str, value: bytes | None = None, key: bytes | None = None, partition: int = -1,
                 on_delivery: Any = None) -> None:  # fmt: skip
         self.open.append((topic, key, value))
+        self.partitions.setdefault(topic, set()).add(partition)
         if on_delivery is not None:
             offset = len(self.sent) + len(self.open) - 1
             msg = type("Msg", (), {"offset": lambda _self: offset})()
@@ -125,12 +128,12 @@ def serve(svc: FrontierService, rec: Recorder, f: PartitionFrontier, kv: Any) ->
     svc.partitions.owned[f.partition] = _Owned(frontier=f, kv=kv, writer=writer)
 
 
-def service(settings: FrontierConfig) -> tuple[FrontierService, Recorder, PartitionFrontier]:
+def service(settings: FrontierConfig, partition: int = 0) -> tuple[FrontierService, Recorder, PartitionFrontier]:
     cfg = replace(Config(), frontier=settings)
     svc = FrontierService(cfg, clock=lambda: 1000.0)
     rec = Recorder()
     kv = MemoryKV()
-    f = PartitionFrontier(0, kv, settings, cfg.throttle, svc.partitions.changelog(0), user_agent="t")
+    f = PartitionFrontier(partition, kv, settings, cfg.throttle, svc.partitions.changelog(0), user_agent="t")
     serve(svc, rec, f, kv)
     f.rebuild(1000.0)
     return svc, rec, f
@@ -164,6 +167,21 @@ async def test_jobs_leave_only_after_their_leases_are_in_the_changelog() -> None
     sent = [decode(v or b"", Job) for t, _, v in rec.sent if t == jobs]
     assert sorted(j.item.url for j in sent) == ["http://a.test/1", "http://b.test/1"]
     assert {b"L" + j.lease.encode() for j in sent} == set(leases)
+
+
+async def test_a_partitions_jobs_go_to_the_jobs_partition_of_its_number_in_every_crawl() -> None:
+    """Co-partitioned (docs/PROTOCOL.md): a transaction touches one jobs partition per crawl, whatever
+    the hosts (murmur2 of these hosts would spread them over several of the 8)."""
+    svc, rec, f = service(FrontierConfig(robots_obey=False, dispatch_lead=0.0), partition=5)
+    hosts = {crawl: [f"h{i}.{crawl}.test" for i in range(12)] for crawl in ("default", "b")}  # (one crawl a host)
+    docs = [{"url": f"http://{h}/", "crawl": c} for c, hs in hosts.items() for h in hs]
+    f.ingest([parse_input(json.dumps(d).encode()) for d in docs], 1000.0)
+    svc.dispatch_once()
+    await settle(svc)
+    topics = {svc.topics.jobs, svc.topics.jobs_of("b")}
+    assert {t: len([1 for x, _, _ in rec.sent if x == t]) for t in topics} == {t: 12 for t in topics}
+    assert {t: rec.partitions[t] for t in topics} == {t: {5} for t in topics}
+    assert len({partition_for(h, svc.topics.partitions) for h in hosts["b"]}) > 1  # (the test can tell)
 
 
 async def test_a_report_lease_is_deleted_only_after_its_page_is_acknowledged() -> None:

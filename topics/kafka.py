@@ -240,6 +240,7 @@ class AsyncProducer:
         self._loop = loop or asyncio.get_running_loop()
         self._poll_wait = poll_wait
         self._closed = threading.Event()
+        self._abandoned = False  # abandon(): sends fail at once
         self._errors: list[str] = []
         # batched: deliveries waiting to be resolved on the loop (appended on any thread that polls)
         self._delivered: collections.deque[tuple[asyncio.Future[Message], KafkaError | None, Message]] | None = (
@@ -270,11 +271,23 @@ class AsyncProducer:
     def _produce(self, topic: str, value: bytes | None, key: bytes | None, partition: int | None, cb: Any) -> None:
         produce(self._producer, topic, value, key, partition, cb)
 
+    def abandon(self) -> int:
+        """Give up on the broker (a stopping worker's, when it does not answer): every record still
+        waiting fails (librdkafka's purge: the delivery reports say so), and so does every send
+        from now on, at once. How many records were waiting."""
+        self._abandoned = True
+        waiting = len(self._producer)
+        self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+        return waiting
+
     def send(
         self, topic: str, value: bytes | None, key: bytes | None = None, partition: int | None = None
     ) -> asyncio.Future[Message]:
         """Produce one record; the future resolves with the delivered message or fails."""
         fut: asyncio.Future[Message] = self._loop.create_future()
+        if self._abandoned:
+            fut.set_exception(DeliveryError("not sent: the broker was given up on (the worker is stopping)"))
+            return fut
 
         delivered = self._delivered
         if delivered is not None:

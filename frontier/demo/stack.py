@@ -25,6 +25,9 @@ from topics.schemas import Page, Rejected, decode
 # glibc keeps per-thread malloc arenas; with Python, RocksDB and librdkafka threads in one process
 # that costs RSS for nothing (measured in tests/bench/memory.py). Deployments set the same.
 MALLOC_ENV = {"MALLOC_ARENA_MAX": "2"}
+# a child that does not stop when told is sent SIGABRT: Python's fault handler writes every thread's
+# stack to its log first, so the log says where it hung (then SIGKILL if even that does not end it)
+CHILD_ENV = {**MALLOC_ENV, "PYTHONFAULTHANDLER": "1"}
 
 
 def _toml(value: Any) -> str:
@@ -118,7 +121,7 @@ class Stack:
         if name in self.netns:
             cmd = ["ip", "netns", "exec", self.netns[name], *cmd]
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**MALLOC_ENV, **os.environ, **(env or {})},
+                                env={**CHILD_ENV, **os.environ, **(env or {})},
                                 preexec_fn=_die_with_parent)  # fmt: skip
         self.procs[name] = proc
         return proc
@@ -153,9 +156,23 @@ class Stack:
             try:
                 proc.wait(timeout)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
+                self._note(name, f"did not stop within {timeout:.0f} s of signal {sig}: SIGABRT (stacks follow)")
+                proc.send_signal(signal.SIGABRT)
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    pass
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)  # its children too
+                except ProcessLookupError:
+                    pass
                 proc.wait(10)
         return proc.returncode
+
+    def _note(self, name: str, text: str) -> None:
+        """A line of the stack's own in a process's log (what was done to it, and why)."""
+        with open(self.workdir / f"{name}.log", "a") as log:
+            log.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} stack: {name} {text}\n")
 
     def stop_all(self) -> None:
         for name in list(self.procs):

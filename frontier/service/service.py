@@ -298,11 +298,14 @@ class FrontierService:
 
     def _publish(self, owned: _Owned, result: Dispatch) -> None:
         """A round's jobs and report pages, in the partition's open transaction after its leases;
-        each job on its crawl's jobs topic (only that crawl's workers read it)."""
+        each job on its crawl's jobs topic (only that crawl's workers read it), in the partition of
+        the same number (co-partitioned, docs/PROTOCOL.md): a transaction then touches one jobs
+        partition per crawl, not every one (issue 39: the broker writes a marker to each partition
+        a transaction touched, and with 50 crawls of 8 partitions that was up to 400 a commit)."""
         kinds: Counter[str] = Counter()  # counted once a round
-        write, jobs_of = owned.writer.write, self.topics.jobs_of
+        write, jobs_of, p = owned.writer.write, self.topics.jobs_of, owned.writer.partition
         for record, (crawl, host, kind) in zip(result.records, result.routes, strict=True):
-            write(jobs_of(crawl), record, host.encode())
+            write(jobs_of(crawl), record, host.encode(), p)
             kinds[kind] += 1
         for kind, n in kinds.items():
             self.metrics.jobs.labels(kind).inc(n)

@@ -1,6 +1,10 @@
 """Broker failures: a restart of a single-node broker (persistent log dirs) mid-crawl. Services
-reconnect and finish; nothing is lost; politeness holds. Uses a broker of its own."""
+reconnect and finish; nothing is lost; politeness holds. A worker told to stop while its broker
+does not answer ends all the same, in a bounded time. Uses a broker of its own."""
 
+import os
+import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,7 +14,7 @@ import pytest
 from deploy.kafka import KafkaCluster, LocalKafka, free_port
 from frontier.demo.sites import SiteFleet
 from frontier.demo.stack import Stack
-from tests.integration.helpers import crawling, longest_silence_after, politeness_failures
+from tests.integration.helpers import Pages, crawling, longest_silence_after, politeness_failures, submit
 
 DELAY = 0.3
 
@@ -69,3 +73,74 @@ def test_three_broker_cluster_survives_losing_one(cluster: KafkaCluster, tmp_pat
         )
         assert set(pages.urls) == set(urls), "nothing lost"
         assert not politeness_failures(fleet, DELAY, 1)
+
+
+# seconds a worker told to stop may take with its broker frozen, by design with the test's fetch
+# timeout (4 s): its reports and the jobs in hand 4 + 5 (then what still waits for the broker is given
+# up), the clients 15 (CLOSE_CLIENTS_WAIT), 6 for the rest. Before the bounds: 88 s with the broker
+# frozen 80 s (it ended when the broker came back); a blocking worker's thread waited in a report for
+# librdkafka's 5-minute delivery timeout; CI saw an example worker not stopped 30 s after SIGTERM.
+STOP_BOUND = 30.0
+FROZEN_AT_MOST = 60.0
+
+
+def test_workers_told_to_stop_while_the_broker_is_frozen_end_in_bounded_time(own_broker: LocalKafka,
+                                                                            tmp_path: Path) -> None:  # fmt: skip
+    fleet = SiteFleet(2, pages=30, latency=0.02, first_octet=88).start()
+    stack = Stack(own_broker.bootstrap, tmp_path / "stack", partitions=4,
+                  throttle={"delay": DELAY, "concurrency": 1, "autothrottle": {"start_delay": 0}},
+                  frontier={"job_ttl": 4.0, "fetch_timeout": 4.0, "lease_grace": 2.0})  # fmt: skip
+    urls = fleet.all_urls()
+    broker_pid = int(own_broker.pid_file.read_text().strip())
+    pages = None
+    frozen = False
+    try:
+        stack.create_topics()
+        stack.start_frontier()
+        stack.start_worker("worker", 4)  # the project's worker
+        stack.start_program("background", "workers.examples.background")  # the blocking worker API
+        submit(stack, urls)
+        pages = Pages(stack)
+        pages.wait_for(10, timeout=90, what="the crawl to be under way")
+        os.kill(broker_pid, signal.SIGSTOP)
+        frozen, frozen_at = True, time.monotonic()
+        names = ["worker", "background"]
+        procs = {name: stack.procs.pop(name) for name in names}
+        for proc in procs.values():
+            os.killpg(proc.pid, signal.SIGTERM)
+        ended: dict[str, float] = {}
+        while len(ended) < len(procs) and time.monotonic() - frozen_at < FROZEN_AT_MOST:
+            ended.update(
+                {n: time.monotonic() - frozen_at for n, p in procs.items() if n not in ended and p.poll() is not None}
+            )
+            time.sleep(0.1)
+        os.kill(broker_pid, signal.SIGCONT)
+        frozen = False
+        for proc in procs.values():
+            if proc.poll() is None:  # its threads' stacks to its log (PYTHONFAULTHANDLER), then gone
+                proc.send_signal(signal.SIGABRT)
+                try:
+                    proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(10)
+        print(f"[workers stopped, broker frozen] ended after { {n: round(t, 1) for n, t in ended.items()} } s; "
+              f"exit codes {[p.returncode for p in procs.values()]}")  # fmt: skip
+        late = set(procs) - set(ended)
+        assert not late, f"running {FROZEN_AT_MOST:.0f} s after SIGTERM: {late}\n" + "\n".join(
+            stack.log(n)[-3000:] for n in late
+        )
+        assert max(ended.values()) < STOP_BOUND, ended
+        assert [p.returncode for p in procs.values()] == [0, 0]
+        assert "units of own work" in stack.log("background")  # it ended its own way, not killed
+        stack.start_worker("after", 4)  # the crawl goes on with a new worker once the broker answers
+        pages.wait_for(len(urls), timeout=150, what="the crawl to finish after the thaw")
+        assert set(pages.urls) == set(urls), "nothing lost"
+        assert not politeness_failures(fleet, DELAY, 1)
+    finally:
+        if frozen:
+            os.kill(broker_pid, signal.SIGCONT)
+        if pages is not None:
+            pages.close()
+        stack.stop_all()
+        fleet.stop()

@@ -15,6 +15,7 @@ import asyncio
 import queue
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -73,3 +74,75 @@ def _settle(fut: asyncio.Future[Any], result: Any, exc: BaseException | None) ->
         fut.set_exception(exc)
     else:
         fut.set_result(result)
+
+
+class Abandoned(TimeoutError):
+    """A bounded call did not return in time (it goes on in its daemon thread, unwaited for)."""
+
+
+class Serial:
+    """Calls into a client that may not answer, run one at a time in the order asked on a daemon
+    thread of their own (a commit asked later never lands before one asked earlier); each caller
+    waits for its call up to a bound (:meth:`within`), then gives up on it: the call still runs in
+    its turn, unwaited for."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._calls: queue.SimpleQueue[tuple[Callable[[], Any], Callable[[Any, BaseException | None], None]]] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def within(self, seconds: float, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in its turn, waited for (blocking) up to ``seconds``: its result, or its
+        exception raised here; :class:`Abandoned` when it has not returned by then."""
+        ended = threading.Event()
+        box: list[tuple[Any, BaseException | None]] = []
+
+        def done(result: Any, exc: BaseException | None) -> None:
+            box.append((result, exc))
+            ended.set()
+
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+        self._calls.put((partial(fn, *args), done))
+        if not ended.wait(seconds):
+            raise Abandoned(f"{self.name}: no answer within {seconds:g} s")
+        result, exc = box[0]
+        if exc is not None:
+            raise exc
+        return result  # type: ignore[no-any-return]
+
+    def _run(self) -> None:
+        while True:
+            call, done = self._calls.get()
+            try:
+                result = call()
+            except BaseException as exc:  # noqa: BLE001 - handed to the waiting side
+                done(None, exc)
+            else:
+                done(result, None)
+
+
+async def awaited_within(seconds: float, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)`` on a daemon thread of its own, awaited (the event loop goes on meanwhile) up
+    to ``seconds``: its result, or its exception raised here; :class:`Abandoned` when it has not
+    returned by then (it goes on, unwaited for)."""
+    fut: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+    def run() -> None:
+        try:
+            result = fn(*args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting side
+            _settle_soon(fut, None, exc)
+        else:
+            _settle_soon(fut, result, None)
+
+    threading.Thread(target=run, name=f"bounded-{getattr(fn, '__name__', 'call')}", daemon=True).start()
+    try:
+        return await asyncio.wait_for(asyncio.shield(fut), seconds)
+    except TimeoutError:
+        raise Abandoned(f"{getattr(fn, '__name__', 'call')}: no answer within {seconds:g} s") from None

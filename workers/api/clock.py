@@ -4,7 +4,8 @@ the API does (``sleep`` on the event loop, ``pause`` on the consumer's thread, `
 timeout, ``call_at`` a wall time), so that a test clock can jump them instead of sleeping.
 
 :data:`SYSTEM`, the real clocks, is the default everywhere; nothing else in :mod:`workers.api`
-reads the time or waits for it to pass.
+reads the time or waits for it to pass, but the bounds on calls into a Kafka client that may never
+return (:mod:`workers.api.caller`): those wait on a thread stuck in real I/O, in real seconds.
 """
 
 from __future__ import annotations

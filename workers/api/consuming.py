@@ -16,7 +16,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, KafkaException, Message, TopicPartition
 
 from topics.kafka import coordinates
-from workers.api.caller import Caller
+from workers.api.caller import Abandoned, Caller, Serial
 from workers.api.clock import Clock
 from workers.api.leased import LeasedJob
 from workers.api.membership import Membership
@@ -34,6 +34,12 @@ LOST_CODES = frozenset({KafkaError.UNKNOWN_MEMBER_ID, KafkaError.FENCED_INSTANCE
 # stopped member to be expelled ends within it, and a report that went before would be sent again
 # by the partition's next owner, which reads the job again (a page published twice; seen in CI)
 MARK_PATIENCE = 15.0
+# seconds a synchronous commit is waited for: librdkafka's waits for the group's coordinator with no
+# limit (a frozen broker held a done mark's commit, so a job's report and a stopping worker, as long
+# as it was frozen: measured); past the session's 10 s its answer comes too late to count anyway
+COMMIT_WAIT = 10.0
+# seconds a revoke's commit may take (the broker may not answer: the partitions go all the same)
+REVOKE_COMMIT_WAIT = 5.0
 CONFIRM_WAIT = 30.0  # seconds a held job waits for the group to confirm its partition after a stall
 
 GATE_PRUNE_EVERY = 60.0  # seconds between two sweeps of idle gates
@@ -83,6 +89,8 @@ class JobConsumer:
         self.skipped_reported = 0  # re-delivered jobs a previous owner had reported (not fetched again)
         self.finishing = threading.Event()  # set by the close: it commits the done marks from now on
         self.caller = Caller()  # the loop's polls and commits, on a thread of their own (not to_thread's)
+        self.committer = Serial("commits")  # the synchronous commits, each waited for within a bound
+        self.gave_up = False  # a stopping worker gave up waiting for the broker (give_up_marks)
 
     def start(self, consumer: Consumer, topic: str) -> asyncio.Task[None]:
         """Join the group on ``topic`` with ``consumer``; the loop that takes jobs, in a task."""
@@ -182,12 +190,26 @@ class JobConsumer:
         mine = self.tracker.finished(*leased._coords)
         if self.consumer is None or self.loop is None:
             return True
+        if self.gave_up:
+            log.info("%r ended after the stopping worker gave up waiting for the broker: not reported", leased)
+            return False
         if not mine:
             log.info("%r ended after its partition was given up: not reported (its new owner has it)", leased)
             return False
         mark: asyncio.Future[bool] = self.loop.create_future()
         self.marks.append((mark, self.clock.monotonic(), leased._coords[:2]))
         return await mark
+
+    def give_up_marks(self) -> int:
+        """A stopping worker gives up on the broker: the done marks waiting for their commit, and
+        any asked from now on, are settled as not committed (their jobs are not reported); how
+        many were waiting."""
+        self.gave_up = True
+        marks, self.marks = self.marks, []
+        waiting = [mark for mark, _, _ in marks if not mark.done()]
+        for mark in waiting:
+            mark.set_result(False)
+        return len(waiting)
 
     # -- the group's callbacks and the commits --------------------------------------------------
     def on_assign(self, c: Consumer, parts: list[TopicPartition]) -> None:
@@ -216,7 +238,7 @@ class JobConsumer:
             return
         points = self.tracker.commit_points() if commit else []
         go = True
-        error, lost = sync_commit(consumer, points) if points else (None, False)
+        error, lost = sync_commit(consumer, points, self.committer) if points else (None, False)
         if lost and self.membership is not None:
             self.lose(self.membership.owned(), f"the group refused this worker's commit ({error})")
             go = False
@@ -276,7 +298,7 @@ class JobConsumer:
         if not points:
             self.membership.confirmed(asked)  # nothing consumed, nothing held: nothing to send from before
             return
-        error, lost = sync_commit(consumer, points)
+        error, lost = sync_commit(consumer, points, self.committer)
         if error is None:
             self.membership.confirmed(asked)
             log.info("the group confirmed this worker's partitions after a stall")
@@ -309,10 +331,14 @@ class JobConsumer:
         self.tracker.forget(tps)
 
     def _commit_before_revoke(self, c: Consumer, tps: set[tuple[str, int]]) -> None:
-        """Commit what was finished on ``tps`` before they go."""
+        """Commit what was finished on ``tps`` before they go, waiting up to ``REVOKE_COMMIT_WAIT``
+        (a broker that does not answer held a stopping worker's close until it came back: 88 s
+        with one frozen 80 s, measured; CI saw a worker not stop within 30 s). A job reported
+        already had its done mark committed, so its new owner skips it either way; one that is
+        not is fetched again there, as it would be anyway."""
         try:
             if points := self.tracker.commit_points(tps):
-                c.commit(offsets=points, asynchronous=False)
+                self.committer.within(REVOKE_COMMIT_WAIT, _commit_now, c, points)
         except Exception as exc:  # noqa: BLE001 - the new owner re-fetches: at least once
             log.warning("commit on revoke failed: %s", exc)
 
@@ -364,15 +390,23 @@ class JobConsumer:
                 log.debug("commit failed: %s", exc)
 
 
-def sync_commit(consumer: Consumer, points: list[TopicPartition]) -> tuple[object | None, bool]:
-    """Commit ``points`` and wait for the answer: (the first error or None, whether the group
-    refused it as from an expired member)."""
+def _commit_now(consumer: Consumer, points: list[TopicPartition]) -> list[TopicPartition]:
+    """A synchronous commit (it waits for the group's coordinator, with no time limit)."""
+    return consumer.commit(offsets=points, asynchronous=False) or []
+
+
+def sync_commit(consumer: Consumer, points: list[TopicPartition], committer: Serial) -> tuple[object | None, bool]:
+    """Commit ``points`` (through ``committer``) and wait for the answer up to ``COMMIT_WAIT``:
+    (the first error or None, whether the group refused it as from an expired member). No answer
+    by then is an error like any other (the marks wait, then their reports go: ``MARK_PATIENCE``)."""
     errors: list[object] = []
     try:
-        results = consumer.commit(offsets=points, asynchronous=False) or []
+        results = committer.within(COMMIT_WAIT, _commit_now, consumer, points)
         errors = [tp.error for tp in results if tp.error is not None]
     except KafkaException as exc:
         errors = [exc.args[0] if exc.args else exc]
+    except Abandoned as exc:
+        errors = [KafkaError(KafkaError._TIMED_OUT, str(exc))]
     lost = any(isinstance(e, KafkaError) and e.code() in LOST_CODES for e in errors)
     return (errors[0] if errors else None), lost
 

@@ -35,8 +35,9 @@ import os
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterable
+from functools import partial
 
-from confluent_kafka import Message
+from confluent_kafka import Consumer, Message
 from prometheus_client import start_http_server
 
 from frontier.config import Config
@@ -47,7 +48,8 @@ from topics.kafka import AsyncProducer, Kafka, coordinates
 from topics.schemas import DEFAULT_CRAWL, Job, SchemaError, decode, valid_crawl
 from workers.api.addresses import AddressCheck, say_blocked
 from workers.api.builtin import AiohttpFetcher
-from workers.api.clock import SYSTEM, Clock
+from workers.api.caller import Abandoned, awaited_within
+from workers.api.clock import SYSTEM, Clock, Timer
 from workers.api.consuming import JobConsumer
 from workers.api.endings import Endings
 from workers.api.holding import Held, Holder
@@ -60,6 +62,10 @@ from workers.api.reporting import Reporter
 
 log = logging.getLogger("worker")
 
+# seconds a closing worker gives its Kafka clients, all told (the last commit, the flush, leaving
+# the group): a broker that does not answer must not keep a stopped worker alive (CI: a worker not
+# stopped 30 s after SIGTERM; by hand, 88 s with the broker frozen 80 s)
+CLOSE_CLIENTS_WAIT = 15.0
 PRODUCER_POLL_WAIT = 0.25  # seconds the producer's thread waits for a delivery (one ends it at once)
 InternalFetcher = Callable[[LeasedJob], Awaitable[Outcome]]
 Handler = Callable[[LeasedJob], Awaitable[Outcome | None]]
@@ -122,6 +128,7 @@ class Jobs:
         self._closing = False
         self._poller: asyncio.Task[None] | None = None
         self._builtin: AiohttpFetcher | None = None  # the built-in fetcher, when internal kinds needed it
+        self._give_up: Timer | None = None  # armed by stop(): the reports still waiting are given up
 
     # -- life --------------------------------------------------------------------------------------
     def _bind(self) -> None:
@@ -139,14 +146,37 @@ class Jobs:
         await self.close()
 
     def stop(self) -> None:
-        """Stop taking jobs (thread-safe; also from a signal handler); ``close()`` finishes."""
+        """Stop taking jobs (thread-safe; also from a signal handler); ``close()`` finishes. The
+        reports of the jobs in hand then have the fetch timeout and 5 s to reach the broker: what
+        still waits for it after that is given up (:meth:`_give_up_reports`)."""
         self._stop.set()
         loop, woken = self._loop, self._woken
         if loop is not None and woken is not None and not loop.is_closed():
             try:
-                loop.call_soon_threadsafe(woken.set)  # serve() returns at once
+                loop.call_soon_threadsafe(self._stopped, woken)  # serve() returns at once
             except RuntimeError:  # the loop closed meanwhile: nobody serves
                 pass
+
+    def _stopped(self, woken: asyncio.Event) -> None:
+        woken.set()
+        if self._give_up is None:
+            self._give_up = self.clock.call_at(self.clock.now() + self.cfg.frontier.fetch_timeout + 5,
+                                               self._give_up_reports)  # fmt: skip
+
+    def _give_up_reports(self) -> None:
+        """Told to stop a fetch timeout and 5 s ago: what still waits for the broker (a record's
+        acknowledgement, a done mark's commit) is given up, so that every report in flight returns
+        to its caller and the worker can close even when its broker does not answer (a blocking
+        shape's thread waited in a report for the 5 minutes of librdkafka's delivery timeout:
+        measured, with the broker frozen). Their jobs are not reported: the frontier's leases bring
+        them back."""
+        publisher: Publisher | None = getattr(self.reporter, "publisher", None)
+        records = publisher.producer.abandon() if publisher is not None else 0
+        marks = self.consuming.give_up_marks()
+        if records or marks:
+            log.warning("stopping: %d records and %d done marks still waited for the broker %.0f s after the "
+                        "stop; given up (their leases bring the jobs back)", records, marks,
+                        self.cfg.frontier.fetch_timeout + 5)  # fmt: skip
 
     @property
     def stopped(self) -> bool:
@@ -180,15 +210,21 @@ class Jobs:
         self.stop()
         self._closing = True
         self.consuming.finishing.set()  # the poller ends; the marks are committed below
+        # the jobs in hand get up to the fetch timeout (and a little more); then the clients get up to
+        # CLOSE_CLIENTS_WAIT: a stopped worker ends within the two even when its broker does not answer
+        deadline = self.clock.monotonic() + self.cfg.frontier.fetch_timeout + 5
         if self._poller is not None:
-            try:
-                await self._poller
+            wait = max(0.5, deadline - self.clock.monotonic())
+            try:  # (its turn ends within a poll, unless a call to a broker that does not answer holds it)
+                await self.clock.wait_for(asyncio.shield(self._poller), wait)
+            except TimeoutError:
+                log.warning("the consumer's loop did not end within %.0f s (the broker does not answer): "
+                            "closing without it", wait)  # fmt: skip
             except Exception as exc:  # noqa: BLE001 - kept: serve() raises it once closed
                 log.error("the worker's consumer failed: %s: %s", type(exc).__name__, exc)
                 self.failure = exc
         running = {t for ts in self.consuming.running.values() for t in ts}
         backs: set[asyncio.Task[None]] = set()
-        deadline = self.clock.monotonic() + self.cfg.frontier.fetch_timeout + 5
         while True:
             # Every turn, not once: the consumer's last poll started job tasks that reach their
             # slot (or the ready list) only now, and nobody takes a job any more: handed back
@@ -201,7 +237,11 @@ class Jobs:
                 if not job.reported:
                     backs.add(asyncio.ensure_future(self.endings.release(job)))
             if self.consuming.marks and self.consuming.consumer is not None:
-                await asyncio.to_thread(self.consuming.commit_marks, self.consuming.consumer)
+                wait = max(0.5, min(deadline - self.clock.monotonic(), CLOSE_CLIENTS_WAIT))
+                try:
+                    await awaited_within(wait, self.consuming.commit_marks, self.consuming.consumer)
+                except Abandoned:
+                    log.warning("done marks not committed within %.0f s (the broker does not answer)", wait)
             running = {t for t in running if not t.done()}
             backs = {t for t in backs if not t.done()}
             if not (running or backs or self.endings.timers) or self.clock.monotonic() >= deadline:
@@ -209,13 +249,34 @@ class Jobs:
             await self.clock.sleep(0.05)
         consumer, self.consuming.consumer = self.consuming.consumer, None
         if consumer is not None:
-            await asyncio.to_thread(self.consuming.commit_marks, consumer)
-            await asyncio.to_thread(self.reporter.publisher.producer.close)
-            await asyncio.to_thread(consumer.close)
+            await self._close_clients(consumer)
         if self._builtin is not None:
             await self._builtin.close()
         if self.consuming.membership is not None:
             self.consuming.membership.stop()
+
+    async def _close_clients(self, consumer: Consumer) -> None:
+        """The last done marks committed, the reports flushed, the group left: each call waited for
+        within what is left of ``CLOSE_CLIENTS_WAIT`` all told, so that a worker told to stop ends
+        even when its broker does not answer (then the group moves its partitions after the
+        session timeout, as after a crash; a report not flushed is the frontier's lease to
+        bring back)."""
+        deadline = self.clock.monotonic() + CLOSE_CLIENTS_WAIT
+        producer = self.reporter.publisher.producer
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("commit the last done marks", partial(self.consuming.commit_marks, consumer)),
+            ("flush the reports", partial(producer.close, max(1.0, CLOSE_CLIENTS_WAIT / 2))),
+            ("leave the group", consumer.close),
+        ]
+        for what, call in steps:
+            try:
+                await awaited_within(max(0.5, deadline - self.clock.monotonic()), call)
+            except Abandoned:
+                log.warning("could not %s within %.0f s (the broker does not answer): the worker ends "
+                            "without it", what, CLOSE_CLIENTS_WAIT)  # fmt: skip
+        self.consuming.give_up_marks()  # never committed: their jobs are not reported (their leases come back)
+        if self._give_up is not None:
+            self._give_up.cancel()
 
     # -- the shapes --------------------------------------------------------------------------------
     async def serve(self, handler: Handler) -> None:
