@@ -113,3 +113,22 @@ def test_crawls_served_by_the_broker_s_last_answer_and_as_before_crawls_when_it_
     assert d.served() == {"a"}, "the answer: only crawls with a worker"
     d._answered_at -= STALE + 1
     assert d.served() == {"default", "a", "b"}, "an answer too old is not trusted: every crawl with a topic"
+
+
+def test_a_crawl_is_copartitioned_when_its_jobs_topic_has_the_frontier_s_partition_count(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from types import SimpleNamespace
+
+    from frontier.service.crawls import CrawlDirectory
+
+    topics = Topics(prefix="p.", partitions=8)
+    d = CrawlDirectory({}, topics, "app")
+    listed = {topics.jobs: SimpleNamespace(partitions=dict.fromkeys(range(8))),
+              topics.jobs_of("a"): SimpleNamespace(partitions=dict.fromkeys(range(8))),
+              topics.jobs_of("odd"): SimpleNamespace(partitions=dict.fromkeys(range(3)))}  # fmt: skip
+    crawls = ["default", "a", "odd", "new"]  # (new: its topic not made yet)
+    assert d._copartitioned(listed, crawls) == {"default", "a"}
+    assert d._copartitioned(listed, crawls) == {"default", "a"}
+    said = [r.getMessage() for r in caplog.records if "murmur2" in r.getMessage()]
+    assert said == ["p.crawl.jobs.odd has 3 partitions, not the frontier's 8: its jobs go by murmur2 of the host"]

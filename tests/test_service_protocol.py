@@ -28,6 +28,7 @@ from frontier.partition import PartitionFrontier
 from frontier.partition import scopes as scopes_module
 from frontier.partition.keys import ACK_KEY
 from frontier.partition.records import crawl_dec
+from frontier.service.crawls import CrawlDirectory
 from frontier.service.owned import _Owned
 from frontier.service.service import ROUND_GAP, FrontierService
 from frontier.service.writer import PartitionWriter
@@ -173,6 +174,12 @@ async def test_a_partitions_jobs_go_to_the_jobs_partition_of_its_number_in_every
     """Co-partitioned (docs/PROTOCOL.md): a transaction touches one jobs partition per crawl, whatever
     the hosts (murmur2 of these hosts would spread them over several of the 8)."""
     svc, rec, f = service(FrontierConfig(robots_obey=False, dispatch_lead=0.0), partition=5)
+    svc.directory = directory = CrawlDirectory({}, svc.topics, "app")
+    directory.know(frozenset({"default", "b"}))
+    directory._made.add("b")
+    directory.workers = {"default": 1, "b": 1}
+    directory._answered_at = time.monotonic()
+    directory.copartitioned = frozenset({"default", "b"})  # (its look found both topics with 8 partitions)
     hosts = {crawl: [f"h{i}.{crawl}.test" for i in range(12)] for crawl in ("default", "b")}  # (one crawl a host)
     docs = [{"url": f"http://{h}/", "crawl": c} for c, hs in hosts.items() for h in hs]
     f.ingest([parse_input(json.dumps(d).encode()) for d in docs], 1000.0)
@@ -182,6 +189,13 @@ async def test_a_partitions_jobs_go_to_the_jobs_partition_of_its_number_in_every
     assert {t: len([1 for x, _, _ in rec.sent if x == t]) for t in topics} == {t: 12 for t in topics}
     assert {t: rec.partitions[t] for t in topics} == {t: {5} for t in topics}
     assert len({partition_for(h, svc.topics.partitions) for h in hosts["b"]}) > 1  # (the test can tell)
+    directory.copartitioned = frozenset({"default"})  # b's topic made by other means, with another count
+    f.ingest([parse_input(json.dumps({"url": f"http://n{i}.b.test/", "crawl": "b"}).encode()) for i in range(12)],
+             1000.0)  # fmt: skip
+    rec.partitions.clear()
+    svc.dispatch_once()
+    await settle(svc)
+    assert rec.partitions == {svc.topics.jobs_of("b"): {-1}, svc.topics.state: {5}}  # -1: murmur2 of the key
 
 
 async def test_a_report_lease_is_deleted_only_after_its_page_is_acknowledged() -> None:

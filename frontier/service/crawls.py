@@ -17,6 +17,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
@@ -40,6 +42,10 @@ class CrawlDirectory:
         self.crawls: frozenset[str] = frozenset({DEFAULT_CRAWL})  # set by the dispatch loop
         self.workers: dict[str, int] = {}  # crawl → members of its workers' group (its last answer)
         self._made: set[str] = set()  # crawls whose jobs topic exists
+        # crawls whose jobs topic has the frontier's partition count (its last look): their jobs go to
+        # the partition of the dispatching one's number (docs/PROTOCOL.md), any other's by murmur2
+        self.copartitioned: frozenset[str] = frozenset()
+        self._uneven: set[str] = set()  # crawls whose jobs topic was said to have another count
         self._answered_at: float | None = None  # monotonic time of the last answer about the groups
         self._admin: AdminClient | None = None  # one client for the process's life (made by the thread)
         self._stop = threading.Event()
@@ -100,7 +106,25 @@ class CrawlDirectory:
             for name in create_crawl_jobs(self.kafka, self.topics, made, admin=self._admin):
                 log.info("created %s", name)
             self._made.update(made)
+        self.copartitioned = self._copartitioned(self._admin.list_topics(timeout=10).topics, crawls)
         groups = {workers_group(self.app_id, c): c for c in crawls}
         answered = group_members(self._admin, list(groups))
         self.workers = {**self.workers, **{groups[g]: n for g, n in answered.items()}}
         self._answered_at = time.monotonic()
+
+    def _copartitioned(self, listed: Mapping[str, Any], crawls: list[str]) -> frozenset[str]:
+        """The ``crawls`` whose jobs topic, in the broker's ``listed`` topics, has the frontier's
+        partition count; one made by other means with another count is said once (its jobs then go
+        by murmur2 of the host: each transaction touches more of its partitions)."""
+        n, together = self.topics.partitions, set()
+        for crawl in crawls:
+            topic = listed.get(self.topics.jobs_of(crawl))
+            if topic is None:
+                continue
+            if len(topic.partitions) == n:
+                together.add(crawl)
+            elif crawl not in self._uneven:
+                self._uneven.add(crawl)
+                log.warning("%s has %d partitions, not the frontier's %d: its jobs go by murmur2 of the host",
+                            self.topics.jobs_of(crawl), len(topic.partitions), n)  # fmt: skip
+        return frozenset(together)

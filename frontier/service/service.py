@@ -304,8 +304,10 @@ class FrontierService:
         a transaction touched, and with 50 crawls of 8 partitions that was up to 400 a commit)."""
         kinds: Counter[str] = Counter()  # counted once a round
         write, jobs_of, p = owned.writer.write, self.topics.jobs_of, owned.writer.partition
+        # (a jobs topic not known to have the frontier's partition count: murmur2 of the host, as before)
+        together = self.directory.copartitioned if self.directory is not None else frozenset()
         for record, (crawl, host, kind) in zip(result.records, result.routes, strict=True):
-            write(jobs_of(crawl), record, host.encode(), p)
+            write(jobs_of(crawl), record, host.encode(), p if crawl in together else None)
             kinds[kind] += 1
         for kind, n in kinds.items():
             self.metrics.jobs.labels(kind).inc(n)
