@@ -78,6 +78,9 @@ class FakeProducer:
     def abandon(self) -> int:
         return 0
 
+    def unanswered_for(self) -> float:
+        return 0.0
+
     def values(self, suffix: str) -> list[bytes]:
         return [v for t, v in self.records if t.endswith(suffix)]
 

@@ -129,6 +129,9 @@ async def test_an_idle_consumer_loop_polls_longer_than_one_with_jobs_in_hand() -
 class PollCountingProducer:
     """A confluent-kafka producer as far as the poll thread sees it: the waits it was asked."""
 
+    def __len__(self) -> int:  # records waiting for a delivery report
+        return 0
+
     def __init__(self) -> None:
         self.waits: list[float] = []
         self.polled = threading.Event()
@@ -162,6 +165,9 @@ async def test_the_workers_producer_thread_waits_a_quarter_second_for_a_delivery
 class DeliveringProducer:
     """A confluent-kafka producer whose poll serves every delivery produced since the last one
     (as a poll does when the broker acknowledged a batch); a refused record fails its delivery."""
+
+    def __len__(self) -> int:  # records waiting for a delivery report (served at each poll)
+        return 0
 
     def __init__(self) -> None:
         self.pending: list[tuple[Any, str, bytes | None]] = []

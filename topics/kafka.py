@@ -241,6 +241,7 @@ class AsyncProducer:
         self._poll_wait = poll_wait
         self._closed = threading.Event()
         self._abandoned = False  # abandon(): sends fail at once
+        self._answered = time.monotonic()  # (monotonic) last heard from the broker, or nothing waited
         self._errors: list[str] = []
         # batched: deliveries waiting to be resolved on the loop (appended on any thread that polls)
         self._delivered: collections.deque[tuple[asyncio.Future[Message], KafkaError | None, Message]] | None = (
@@ -250,10 +251,16 @@ class AsyncProducer:
         self._thread.start()
 
     def _poll_loop(self) -> None:
+        producer = self._producer
         while not self._closed.is_set():
-            self._producer.poll(self._poll_wait)
+            if producer.poll(self._poll_wait) or not len(producer):
+                self._answered = time.monotonic()  # a delivery report came, or nothing waits for one
             self._hand_over()
         self._hand_over()
+
+    def unanswered_for(self) -> float:
+        """Seconds records have waited with no delivery report (0: none waits, or one just came)."""
+        return time.monotonic() - self._answered if len(self._producer) else 0.0
 
     def _hand_over(self) -> None:
         """Batched: the deliveries collected so far resolve on the loop, in one call."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import queue
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -93,6 +94,7 @@ class Serial:
         )
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._started: float | None = None  # (monotonic) when the call under way began
 
     def within(self, seconds: float, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` in its turn, waited for (blocking) up to ``seconds``: its result, or its
@@ -116,15 +118,23 @@ class Serial:
             raise exc
         return result  # type: ignore[no-any-return]
 
+    def busy_for(self) -> float:
+        """Seconds the call under way has run (0: none is)."""
+        started = self._started
+        return 0.0 if started is None else time.monotonic() - started
+
     def _run(self) -> None:
         while True:
             call, done = self._calls.get()
+            self._started = time.monotonic()
             try:
                 result = call()
             except BaseException as exc:  # noqa: BLE001 - handed to the waiting side
                 done(None, exc)
             else:
                 done(result, None)
+            finally:
+                self._started = None
 
 
 async def awaited_within(seconds: float, fn: Callable[..., T], *args: Any) -> T:

@@ -38,8 +38,6 @@ MARK_PATIENCE = 15.0
 # limit (a frozen broker held a done mark's commit, so a job's report and a stopping worker, as long
 # as it was frozen: measured); past the session's 10 s its answer comes too late to count anyway
 COMMIT_WAIT = 10.0
-# seconds a revoke's commit may take (the broker may not answer: the partitions go all the same)
-REVOKE_COMMIT_WAIT = 5.0
 CONFIRM_WAIT = 30.0  # seconds a held job waits for the group to confirm its partition after a stall
 
 GATE_PRUNE_EVERY = 60.0  # seconds between two sweeps of idle gates
@@ -91,6 +89,9 @@ class JobConsumer:
         self.caller = Caller()  # the loop's polls and commits, on a thread of their own (not to_thread's)
         self.committer = Serial("commits")  # the synchronous commits, each waited for within a bound
         self.gave_up = False  # a stopping worker gave up waiting for the broker (give_up_marks)
+        self._in_commit: list[
+            tuple[asyncio.Future[bool], float, tuple[str, int]]
+        ] = []  # the marks of a commit under way
 
     def start(self, consumer: Consumer, topic: str) -> asyncio.Task[None]:
         """Join the group on ``topic`` with ``consumer``; the loop that takes jobs, in a task."""
@@ -206,7 +207,8 @@ class JobConsumer:
         many were waiting."""
         self.gave_up = True
         marks, self.marks = self.marks, []
-        waiting = [mark for mark, _, _ in marks if not mark.done()]
+        # (and those of a commit under way: it may never return)
+        waiting = [mark for mark, _, _ in marks + self._in_commit if not mark.done()]
         for mark in waiting:
             mark.set_result(False)
         return len(waiting)
@@ -238,7 +240,11 @@ class JobConsumer:
             return
         points = self.tracker.commit_points() if commit else []
         go = True
-        error, lost = sync_commit(consumer, points, self.committer) if points else (None, False)
+        self._in_commit = marks
+        try:
+            error, lost = sync_commit(consumer, points, self.committer) if points else (None, False)
+        finally:
+            self._in_commit = []
         if lost and self.membership is not None:
             self.lose(self.membership.owned(), f"the group refused this worker's commit ({error})")
             go = False
@@ -331,14 +337,13 @@ class JobConsumer:
         self.tracker.forget(tps)
 
     def _commit_before_revoke(self, c: Consumer, tps: set[tuple[str, int]]) -> None:
-        """Commit what was finished on ``tps`` before they go, waiting up to ``REVOKE_COMMIT_WAIT``
-        (a broker that does not answer held a stopping worker's close until it came back: 88 s
-        with one frozen 80 s, measured; CI saw a worker not stop within 30 s). A job reported
-        already had its done mark committed, so its new owner skips it either way; one that is
-        not is fetched again there, as it would be anyway."""
+        """Commit what was finished on ``tps`` before they go. On the callback's own thread: the same
+        commit made from another thread while a close's revoke callback ran got no answer within 5 s
+        (CI: a gateway's SIGTERM took 7.6 s); a broker that does not answer holds it, and the close
+        that called it is bounded above it (``Jobs.close``)."""
         try:
             if points := self.tracker.commit_points(tps):
-                self.committer.within(REVOKE_COMMIT_WAIT, _commit_now, c, points)
+                c.commit(offsets=points, asynchronous=False)
         except Exception as exc:  # noqa: BLE001 - the new owner re-fetches: at least once
             log.warning("commit on revoke failed: %s", exc)
 

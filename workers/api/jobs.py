@@ -66,6 +66,9 @@ log = logging.getLogger("worker")
 # the group): a broker that does not answer must not keep a stopped worker alive (CI: a worker not
 # stopped 30 s after SIGTERM; by hand, 88 s with the broker frozen 80 s)
 CLOSE_CLIENTS_WAIT = 15.0
+# seconds without an answer from the broker (a record waiting with no delivery report, a commit not
+# returned) after which a stopping worker gives up what waits for it (Jobs._give_up_reports)
+UNANSWERED = 5.0
 PRODUCER_POLL_WAIT = 0.25  # seconds the producer's thread waits for a delivery (one ends it at once)
 InternalFetcher = Callable[[LeasedJob], Awaitable[Outcome]]
 Handler = Callable[[LeasedJob], Awaitable[Outcome | None]]
@@ -129,6 +132,7 @@ class Jobs:
         self._poller: asyncio.Task[None] | None = None
         self._builtin: AiohttpFetcher | None = None  # the built-in fetcher, when internal kinds needed it
         self._give_up: Timer | None = None  # armed by stop(): the reports still waiting are given up
+        self._closed = False  # close() has ended
 
     # -- life --------------------------------------------------------------------------------------
     def _bind(self) -> None:
@@ -164,19 +168,27 @@ class Jobs:
                                                self._give_up_reports)  # fmt: skip
 
     def _give_up_reports(self) -> None:
-        """Told to stop a fetch timeout and 5 s ago: what still waits for the broker (a record's
-        acknowledgement, a done mark's commit) is given up, so that every report in flight returns
-        to its caller and the worker can close even when its broker does not answer (a blocking
-        shape's thread waited in a report for the 5 minutes of librdkafka's delivery timeout:
-        measured, with the broker frozen). Their jobs are not reported: the frontier's leases bring
-        them back."""
+        """Told to stop a fetch timeout and 5 s ago: if the broker does not answer (a record waits
+        with no delivery report, or a commit has not returned, for ``UNANSWERED`` s), what still
+        waits for it (the records' acknowledgements, the done marks' commits) is given up, so that
+        every report in flight returns to its caller and the worker can close (a blocking shape's
+        thread waited in a report for the 5 minutes of librdkafka's delivery timeout: measured,
+        with the broker frozen). Their jobs are not reported: the frontier's leases bring them back.
+        While the broker answers, nothing is given up (a report late after the stop still goes):
+        looked at again every second until the close ends."""
+        self._give_up = None
+        if self._closed:
+            return
         publisher: Publisher | None = getattr(self.reporter, "publisher", None)
+        silent = max(publisher.producer.unanswered_for() if publisher is not None else 0.0,
+                     self.consuming.committer.busy_for())  # fmt: skip
+        if silent < UNANSWERED:
+            self._give_up = self.clock.call_at(self.clock.now() + 1.0, self._give_up_reports)
+            return
         records = publisher.producer.abandon() if publisher is not None else 0
         marks = self.consuming.give_up_marks()
-        if records or marks:
-            log.warning("stopping: %d records and %d done marks still waited for the broker %.0f s after the "
-                        "stop; given up (their leases bring the jobs back)", records, marks,
-                        self.cfg.frontier.fetch_timeout + 5)  # fmt: skip
+        log.warning("stopping: the broker has not answered for %.0f s; %d records and %d done marks waiting for "
+                    "it are given up (their leases bring the jobs back)", silent, records, marks)  # fmt: skip
 
     @property
     def stopped(self) -> bool:
@@ -254,6 +266,9 @@ class Jobs:
             await self._builtin.close()
         if self.consuming.membership is not None:
             self.consuming.membership.stop()
+        self._closed = True
+        if self._give_up is not None:
+            self._give_up.cancel()
 
     async def _close_clients(self, consumer: Consumer) -> None:
         """The last done marks committed, the reports flushed, the group left: each call waited for
@@ -261,7 +276,8 @@ class Jobs:
         even when its broker does not answer (then the group moves its partitions after the
         session timeout, as after a crash; a report not flushed is the frontier's lease to
         bring back)."""
-        deadline = self.clock.monotonic() + CLOSE_CLIENTS_WAIT
+        # (once given up on, the broker gets UNANSWERED: nothing waits to be flushed any more)
+        deadline = self.clock.monotonic() + (UNANSWERED if self.consuming.gave_up else CLOSE_CLIENTS_WAIT)
         producer = self.reporter.publisher.producer
         steps: list[tuple[str, Callable[[], object]]] = [
             ("commit the last done marks", partial(self.consuming.commit_marks, consumer)),
@@ -275,8 +291,6 @@ class Jobs:
                 log.warning("could not %s within %.0f s (the broker does not answer): the worker ends "
                             "without it", what, CLOSE_CLIENTS_WAIT)  # fmt: skip
         self.consuming.give_up_marks()  # never committed: their jobs are not reported (their leases come back)
-        if self._give_up is not None:
-            self._give_up.cancel()
 
     # -- the shapes --------------------------------------------------------------------------------
     async def serve(self, handler: Handler) -> None:
