@@ -133,6 +133,7 @@ class Jobs:
         self._builtin: AiohttpFetcher | None = None  # the built-in fetcher, when internal kinds needed it
         self._give_up: Timer | None = None  # armed by stop(): the reports still waiting are given up
         self._closed = False  # close() has ended
+        self._armed = False  # the give-up was armed (once, at the first stop)
 
     # -- life --------------------------------------------------------------------------------------
     def _bind(self) -> None:
@@ -163,7 +164,8 @@ class Jobs:
 
     def _stopped(self, woken: asyncio.Event) -> None:
         woken.set()
-        if self._give_up is None:
+        if self._give_up is None and not self._armed:
+            self._armed = True
             self._give_up = self.clock.call_at(self.clock.now() + self.cfg.frontier.fetch_timeout + 5,
                                                self._give_up_reports)  # fmt: skip
 
@@ -226,7 +228,7 @@ class Jobs:
         # CLOSE_CLIENTS_WAIT: a stopped worker ends within the two even when its broker does not answer
         deadline = self.clock.monotonic() + self.cfg.frontier.fetch_timeout + 5
         if self._poller is not None:
-            wait = max(0.5, deadline - self.clock.monotonic())
+            wait = self._broker_wait(deadline)
             try:  # (its turn ends within a poll, unless a call to a broker that does not answer holds it)
                 await self.clock.wait_for(asyncio.shield(self._poller), wait)
             except TimeoutError:
@@ -248,8 +250,10 @@ class Jobs:
                 job = self._ready.get_nowait()
                 if not job.reported:
                     backs.add(asyncio.ensure_future(self.endings.release(job)))
-            if self.consuming.marks and self.consuming.consumer is not None:
-                wait = max(0.5, min(deadline - self.clock.monotonic(), CLOSE_CLIENTS_WAIT))
+            if self.consuming.gave_up:
+                self.consuming.give_up_marks()  # (the broker does not answer: not waited for again)
+            elif self.consuming.marks and self.consuming.consumer is not None:
+                wait = self._broker_wait(deadline)
                 try:
                     await awaited_within(wait, self.consuming.commit_marks, self.consuming.consumer)
                 except Abandoned:
@@ -270,6 +274,13 @@ class Jobs:
         if self._give_up is not None:
             self._give_up.cancel()
 
+    def _broker_wait(self, deadline: float) -> float:
+        """How long a closing worker waits for a call into a Kafka client now: until ``deadline``
+        (at most CLOSE_CLIENTS_WAIT), half a second once the broker was given up on."""
+        if self.consuming.gave_up:
+            return 0.5
+        return max(0.5, min(deadline - self.clock.monotonic(), CLOSE_CLIENTS_WAIT))
+
     async def _close_clients(self, consumer: Consumer) -> None:
         """The last done marks committed, the reports flushed, the group left: each call waited for
         within what is left of ``CLOSE_CLIENTS_WAIT`` all told, so that a worker told to stop ends
@@ -277,7 +288,8 @@ class Jobs:
         session timeout, as after a crash; a report not flushed is the frontier's lease to
         bring back)."""
         # (once given up on, the broker gets UNANSWERED: nothing waits to be flushed any more)
-        deadline = self.clock.monotonic() + (UNANSWERED if self.consuming.gave_up else CLOSE_CLIENTS_WAIT)
+        budget = UNANSWERED if self.consuming.gave_up else CLOSE_CLIENTS_WAIT
+        deadline = self.clock.monotonic() + budget
         producer = self.reporter.publisher.producer
         steps: list[tuple[str, Callable[[], object]]] = [
             ("commit the last done marks", partial(self.consuming.commit_marks, consumer)),
@@ -289,7 +301,7 @@ class Jobs:
                 await awaited_within(max(0.5, deadline - self.clock.monotonic()), call)
             except Abandoned:
                 log.warning("could not %s within %.0f s (the broker does not answer): the worker ends "
-                            "without it", what, CLOSE_CLIENTS_WAIT)  # fmt: skip
+                            "without it", what, budget)  # fmt: skip
         self.consuming.give_up_marks()  # never committed: their jobs are not reported (their leases come back)
 
     # -- the shapes --------------------------------------------------------------------------------
