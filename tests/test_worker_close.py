@@ -21,6 +21,7 @@ from topics.schemas import Job, UrlItem
 from workers.api import Jobs, consuming
 from workers.api import jobs as jobs_module
 from workers.api.caller import Abandoned, Serial, awaited_within
+from workers.api.leased import LeasedJob
 from workers.api.publishing import Publisher
 
 
@@ -144,14 +145,9 @@ class Unacknowledged(FakeProducer):
         return len(waiting)
 
 
-async def test_a_report_waiting_for_a_broker_that_never_answers_returns_once_the_stopped_worker_gives_up() -> None:
-    """The blocking shapes report from the user's thread, which must get back to its loop to see
-    the stop: a report waiting for an acknowledgement that never comes returns the fetch timeout
-    and 5 s after stop(), unreported (its lease brings the job back), not after the 5 minutes of
-    librdkafka's delivery timeout; before the stop it waits as long as the broker takes."""
-    clock = JumpClock()
-    producer = Unacknowledged()
-    jobs = Jobs(Config(), concurrency=2, name="giving-up", check_addresses=False, clock=clock)
+async def one_job_in_hand(clock: JumpClock, producer: FakeProducer) -> tuple[Jobs, LeasedJob, asyncio.Task[None]]:
+    """Jobs on ``clock`` publishing through ``producer``, with one job consumed and handed over."""
+    jobs = Jobs(Config(), concurrency=2, name="stopping", check_addresses=False, clock=clock)
     jobs.reporter.publisher = Publisher(producer, jobs.cfg.topics, clock)  # type: ignore[arg-type]
     jobs._bind()
     now = clock.now()
@@ -160,6 +156,16 @@ async def test_a_report_waiting_for_a_broker_that_never_answers_returns_once_the
     consumed = jobs.consuming.take(message(job, offset=5))  # type: ignore[arg-type]
     leased = await jobs.get(5)
     assert leased is not None
+    return jobs, leased, consumed
+
+
+async def test_a_report_waiting_for_a_broker_that_never_answers_returns_once_the_stopped_worker_gives_up() -> None:
+    """The blocking shapes report from the user's thread, which must get back to its loop to see
+    the stop: a report waiting for an acknowledgement that never comes returns the fetch timeout
+    and 5 s after stop(), unreported (its lease brings the job back), not after the 5 minutes of
+    librdkafka's delivery timeout; before the stop it waits as long as the broker takes."""
+    clock, producer = JumpClock(), Unacknowledged()
+    jobs, leased, consumed = await one_job_in_hand(clock, producer)
     reporting = asyncio.ensure_future(leased.fetched(200, {}, b"ok"))
     await clock.advance(120)
     assert not reporting.done(), "a report gave up on the broker while the worker was not stopping"
@@ -176,17 +182,8 @@ async def test_a_report_waiting_for_a_broker_that_never_answers_returns_once_the
 async def test_a_stopped_worker_whose_broker_answers_gives_nothing_up() -> None:
     """A report late after the stop (a Scrapy download that ends then) still goes while the broker
     answers: only a broker that does not answer is given up on."""
-    clock = JumpClock()
-    producer = FakeProducer()
-    jobs = Jobs(Config(), concurrency=2, name="answered", check_addresses=False, clock=clock)
-    jobs.reporter.publisher = Publisher(producer, jobs.cfg.topics, clock)  # type: ignore[arg-type]
-    jobs._bind()
-    now = clock.now()
-    job = Job(lease="A", item=UrlItem(url="http://127.0.0.93/x", host="127.0.0.93", domain="127.0.0.93"),
-              not_before=now, expires_at=now + 300, timeout=5)  # fmt: skip
-    consumed = jobs.consuming.take(message(job, offset=5))  # type: ignore[arg-type]
-    leased = await jobs.get(5)
-    assert leased is not None
+    clock, producer = JumpClock(), FakeProducer()
+    jobs, leased, consumed = await one_job_in_hand(clock, producer)
     jobs.stop()
     await clock.advance(jobs.cfg.frontier.fetch_timeout + 30)
     await asyncio.wait_for(leased.fetched(200, {}, b"ok"), 5)
