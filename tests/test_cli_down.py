@@ -220,3 +220,29 @@ def test_status_says_so_when_the_broker_goes_away_after_the_check(monkeypatch: p
     monkeypatch.setattr(client_module, "read_status", gone)
     with pytest.raises(KafkaUnreachable, match="lost while reading the status"):
         client.statuses()
+
+
+def test_the_reachability_checks_own_client_logs_nothing_the_check_does_not_say() -> None:
+    """A service started before its broker waits with one line; the check's client's own connection
+    errors (ten librdkafka lines every 1.5 s, seen as a new user) stay out of the services' log:
+    nothing reaches the librdkafka logger's handlers (pytest hangs its capture on every logger)."""
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append  # type: ignore[method-assign]
+    LIBRDKAFKA_LOG.addHandler(handler)
+    try:
+        assert Kafka({"bootstrap.servers": DOWN}).reachable(0.5) is False
+    finally:
+        LIBRDKAFKA_LOG.removeHandler(handler)
+    assert [r.getMessage() for r in seen] == []
+
+
+def test_ctrl_c_while_a_command_waits_is_one_line_and_130(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    def interrupted(self: Kafka, timeout: float = 3.0, wait: float = 0.0) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Kafka, "check", interrupted)
+    code, out, err = run(["status"], capfd, bound=5)
+    assert (code, out, err) == (130, "", "interrupted\n")

@@ -36,6 +36,11 @@ LIBRDKAFKA_LOG = logging.getLogger("topics.kafka.librdkafka")  # every client's 
 # shown where logging is configured (the services: WARNING and up), silent where it is not (the CLI,
 # a script using FrontierClient) instead of Python's last-resort handler printing them to stderr
 LIBRDKAFKA_LOG.addHandler(logging.NullHandler())
+# the reachability check's own client: its connection errors are what the check says, in one line (a
+# worker started before its broker logged ten librdkafka lines every 1.5 s while it waited)
+CHECK_LOG = logging.getLogger("topics.kafka.librdkafka.check")
+CHECK_LOG.propagate = False
+CHECK_LOG.addHandler(logging.NullHandler())
 HINT = "is `crawl-frontier kafka up` running?"
 
 
@@ -113,7 +118,7 @@ class Kafka:
     def _ask(self, timeout: float) -> str | None:
         """One metadata request, asked again in short slices: None if answered, else why not."""
         errors: list[KafkaError] = []
-        admin = AdminClient(self.conf(error_cb=errors.append))
+        admin = AdminClient(self.conf(error_cb=errors.append, logger=CHECK_LOG))
         end = time.monotonic() + timeout
         while True:
             try:

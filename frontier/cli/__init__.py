@@ -74,3 +74,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SubmitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C before a service took its signals over (waiting for Kafka, say)
+        print("interrupted", file=sys.stderr)
+        return 130
