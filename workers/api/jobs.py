@@ -164,7 +164,7 @@ class Jobs:
 
     def _stopped(self, woken: asyncio.Event) -> None:
         woken.set()
-        if self._give_up is None and not self._armed:
+        if not self._armed:  # (once: close() stops again)
             self._armed = True
             self._give_up = self.clock.call_at(self.clock.now() + self.cfg.frontier.fetch_timeout + 5,
                                                self._give_up_reports)  # fmt: skip
